@@ -1,0 +1,85 @@
+"""Configuration of the modality-routed MoE vision transformer (MedReCo paper, section 4.5)."""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+# One expert MLP per modality family. The order is the id table saved with every config, so a
+# checkpoint keeps its routing even if this default changes.
+DEFAULT_MODALITIES = ["chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"]
+
+
+@strict
+class MedReCoVisionConfig(PreTrainedConfig):
+    r"""Settings of [`MedReCoVisionModel`]. Defaults are the paper's sizes.
+
+    The encoder has two stages: `num_spatial_layers` self-attention blocks inside each slice,
+    then `num_depth_layers` blocks along depth at every in-plane location (volumes only).
+    Each block's feed-forward layer is split into one expert per entry of `modalities`; every
+    sample is routed to its modality's expert by id, so one batch may mix modalities.
+
+    Example:
+    ```python
+    >>> config = MedReCoVisionConfig()  # 480x480 in-plane, 24x24 grid, 576 tokens of dim 512
+    >>> config.modality_id("chest_ct")
+    1
+    ```"""
+
+    model_type = "medreco_vision"
+    base_config_key = "vision_config"
+
+    hidden_size: int = 512
+    num_spatial_layers: int = 8
+    num_depth_layers: int = 4
+    num_attention_heads: int = 8
+    intermediate_size: int = 2048
+    hidden_act: str = "gelu"
+    num_channels: int = 1
+    image_size: int = 480
+    patch_size: int = 20
+    depth_patch_size: int = 10
+    max_depth: int = 240
+    modalities: list[str] | None = None
+    attention_dropout: float = 0.0
+    layer_norm_eps: float = 1e-6
+    initializer_range: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        if self.modalities is None:
+            self.modalities = list(DEFAULT_MODALITIES)
+        super().__post_init__(**kwargs)
+
+    def validate_architecture(self):
+        """Reject sizes that cannot build a model, with the field named."""
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
+        if len(set(self.modalities)) != len(self.modalities) or not self.modalities:
+            raise ValueError(f"modalities must be a non-empty list of unique names, got {self.modalities}")
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.modalities)
+
+    @property
+    def grid_size(self) -> int:
+        """Tokens per side of the in-plane grid at the configured image size (24 at the paper's size)."""
+        return self.image_size // self.patch_size
+
+    @property
+    def num_depth_positions(self) -> int:
+        return max(1, self.max_depth // self.depth_patch_size)
+
+    def modality_id(self, name: str) -> int:
+        """The expert id of a modality family name; raises `ValueError` listing the known ones."""
+        try:
+            return self.modalities.index(name)
+        except ValueError:
+            raise ValueError(f"unknown modality {name!r}; this model knows {self.modalities}") from None
+
+
+__all__ = ["DEFAULT_MODALITIES", "MedReCoVisionConfig"]

@@ -1,0 +1,103 @@
+"""Stage-1 objectives (paper, section 4.5).
+
+Ranking losses take a similarity matrix `(anchors, candidates)` and a relevance matrix of the
+same shape: 1 = positive, 0 = negative, -1 = unknown (ignored). Data builders fill relevance for
+every anchor-candidate pair whose report similarity they know, which is what lets a batch's
+other samples serve as hard negatives."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def symmetric_infonce_loss(image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
+    """CLIP-style InfoNCE: row i of each input is a matching image-report pair."""
+    logits = logit_scale.exp() * image_embeds @ text_embeds.t()
+    targets = torch.arange(logits.shape[0], device=logits.device)
+    return (nn.functional.cross_entropy(logits, targets) + nn.functional.cross_entropy(logits.t(), targets)) / 2
+
+
+def triplet_loss_with_hard_negatives(
+    similarity: torch.Tensor, relevance: torch.Tensor, margin: float = 0.2, mining: str = "semi_hard"
+) -> torch.Tensor:
+    """Eq. 6 with in-batch negative mining. Every (anchor, positive) pair is contrasted with:
+
+    - `"hardest"`: the anchor's most similar negative (batch-hard);
+    - `"semi_hard"`: the most similar negative that is still less similar than the positive,
+      falling back to the hardest when there is none (FaceNet; batch-hard alone tends to
+      collapse all features early in training);
+    - `"all"`: every negative, averaged over the violating triplets (batch-all).
+
+    Anchors without both a positive and a negative do not contribute; a batch with none gives a
+    zero loss that keeps the graph."""
+    check_ranking_inputs(similarity, relevance)
+    negatives = relevance == 0
+    positives = relevance == 1
+    usable = positives & negatives.any(dim=1, keepdim=True)
+    if not usable.any():
+        return similarity.sum() * 0.0
+    anchor_index, positive_index = usable.nonzero(as_tuple=True)
+    positive_similarity = similarity[anchor_index, positive_index][:, None]  # (pairs, 1)
+    negative_similarity = similarity[anchor_index].masked_fill(~negatives[anchor_index], float("-inf"))
+    if mining == "all":
+        violations = (negative_similarity - positive_similarity + margin).clamp(min=0)
+        active = violations > 0
+        return violations[active].mean() if active.any() else violations.sum() * 0.0
+    hardest = negative_similarity.max(dim=1).values
+    if mining == "semi_hard":
+        easier = negative_similarity.masked_fill(negative_similarity >= positive_similarity, float("-inf"))
+        semi_hard = easier.max(dim=1).values
+        hardest = torch.where(torch.isfinite(semi_hard), semi_hard, hardest)
+    elif mining != "hardest":
+        raise ValueError(f"unknown mining strategy {mining!r}; use 'hardest', 'semi_hard' or 'all'")
+    return (hardest - positive_similarity.squeeze(1) + margin).clamp(min=0).mean()
+
+
+def smooth_ap_loss(similarity: torch.Tensor, relevance: torch.Tensor, temperature: float = 0.01) -> torch.Tensor:
+    """1 - SmoothAP (Brown et al., 2020): average precision with the rank's step function replaced
+    by a sigmoid of temperature `temperature`. Candidates with relevance -1 are left out."""
+    check_ranking_inputs(similarity, relevance)
+    considered = relevance >= 0
+    positives = relevance == 1
+    usable_anchors = positives.any(dim=1) & (considered & ~positives).any(dim=1)
+    if not usable_anchors.any():
+        return similarity.sum() * 0.0
+    sim = similarity[usable_anchors]
+    considered, positives = considered[usable_anchors], positives[usable_anchors]
+    # difference[a, i, j] = s_aj - s_ai: how far candidate j sits above candidate i.
+    difference = sim[:, None, :] - sim[:, :, None]
+    soft_above = torch.sigmoid(difference / temperature)
+    eye = torch.eye(sim.shape[1], dtype=torch.bool, device=sim.device)
+    soft_above = soft_above.masked_fill(eye, 0.0)
+    rank_all = 1 + (soft_above * considered[:, None, :]).sum(-1)
+    rank_positive = 1 + (soft_above * positives[:, None, :]).sum(-1)
+    precision = (rank_positive / rank_all) * positives
+    average_precision = precision.sum(-1) / positives.sum(-1)
+    return 1 - average_precision.mean()
+
+
+def check_ranking_inputs(similarity: torch.Tensor, relevance: torch.Tensor) -> None:
+    if similarity.shape != relevance.shape or similarity.ndim != 2:
+        raise ValueError(
+            f"similarity and relevance must both be (anchors, candidates); got {tuple(similarity.shape)} and "
+            f"{tuple(relevance.shape)}"
+        )
+
+
+def triplet_relevance(num_anchors: int, device: torch.device | None = None) -> torch.Tensor:
+    """Relevance for candidates laid out as [positives; negatives], one of each per anchor, with
+    nothing known about the other pairs."""
+    relevance = torch.full((num_anchors, 2 * num_anchors), -1, dtype=torch.long, device=device)
+    rows = torch.arange(num_anchors, device=device)
+    relevance[rows, rows] = 1
+    relevance[rows, rows + num_anchors] = 0
+    return relevance
+
+
+__all__ = [
+    "smooth_ap_loss",
+    "symmetric_infonce_loss",
+    "triplet_loss_with_hard_negatives",
+    "triplet_relevance",
+]

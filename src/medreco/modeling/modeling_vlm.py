@@ -1,0 +1,219 @@
+"""The comparative vision-language model, MedReCo-VLM (paper, section 4.5, stage 2, Eq. 12-13).
+
+Each image is encoded by the MedReCo vision encoder (frozen by default), its depth-pooled tokens
+are mapped into the language model's embedding space by a 2-layer GELU MLP, and each image
+placeholder token in the text is replaced by one projected visual token. Any number of images
+per sample is allowed; two (prior/current or query/reference) is the comparative case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AutoModel
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.utils import ModelOutput
+
+from .configuration_vlm import MedReCoVLMConfig
+from .modeling_utils import MedReCoPreTrainedModel
+from .modeling_vision import MedReCoVisionModel
+
+
+@dataclass
+class MedReCoVLMOutput(ModelOutput):
+    """loss: next-token NLL on answer tokens. image_hidden_states: projected visual tokens."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    image_hidden_states: torch.Tensor | None = None
+
+
+class MedReCoMultiModalProjector(nn.Module):
+    def __init__(self, config: MedReCoVLMConfig):
+        super().__init__()
+        self.linear_1 = nn.Linear(config.vision_config.hidden_size, config.text_config.hidden_size)
+        self.act = ACT2FN[config.projector_hidden_act]
+        self.linear_2 = nn.Linear(config.text_config.hidden_size, config.text_config.hidden_size)
+
+    def forward(self, image_features: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(image_features)))
+
+
+class MedReCoVLMPreTrainedModel(MedReCoPreTrainedModel):
+    config: MedReCoVLMConfig
+    config_class = MedReCoVLMConfig
+    base_model_prefix = "model"
+    input_modalities = ("image", "text")
+    _skip_keys_device_placement = ["past_key_values"]
+
+
+class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
+    """Vision encoder + projector + language model backbone, without the LM head."""
+
+    def __init__(self, config: MedReCoVLMConfig):
+        super().__init__(config)
+        self.vision_tower = MedReCoVisionModel(config.vision_config)
+        self.multi_modal_projector = MedReCoMultiModalProjector(config)
+        self.language_model = AutoModel.from_config(config.text_config)
+        self.post_init()
+        if config.freeze_vision_tower:
+            self.vision_tower.requires_grad_(False)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.language_model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.language_model.set_input_embeddings(value)
+
+    def get_image_features(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> torch.Tensor:
+        """Projected visual tokens, `(num_images, tokens_per_image, text_hidden)`."""
+        vision_output = self.vision_tower(pixel_values, modality_ids)
+        return self.multi_modal_projector(vision_output.last_hidden_state)
+
+    def get_placeholder_mask(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
+        if input_ids is None:
+            image_embedding = self.get_input_embeddings()(
+                torch.tensor(self.config.image_token_id, dtype=torch.long, device=inputs_embeds.device)
+            )
+            mask = (inputs_embeds == image_embedding).all(-1)
+        else:
+            mask = input_ids == self.config.image_token_id
+        placeholders = int(mask.sum())
+        features = image_features.shape[0] * image_features.shape[1]
+        if placeholders != features:
+            raise ValueError(
+                f"the text holds {placeholders} image placeholder tokens (id {self.config.image_token_id}) but the "
+                f"{image_features.shape[0]} image(s) give {features} visual tokens "
+                f"({image_features.shape[1]} each); use the processor to expand one placeholder block per image"
+            )
+        return mask.unsqueeze(-1).expand_as(inputs_embeds)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        modality_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> MedReCoVLMOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.get_input_embeddings()(input_ids)
+        image_features = None
+        if pixel_values is not None:
+            if modality_ids is None:
+                raise ValueError("modality_ids (one per image) are required with pixel_values")
+            image_features = self.get_image_features(pixel_values, modality_ids).to(inputs_embeds.dtype)
+            mask = self.get_placeholder_mask(input_ids, inputs_embeds, image_features)
+            inputs_embeds = inputs_embeds.masked_scatter(mask, image_features)
+        outputs = self.language_model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return MedReCoVLMOutput(
+            last_hidden_state=outputs.last_hidden_state,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            image_hidden_states=image_features,
+        )
+
+
+class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin):
+    """MedReCo-VLM with its LM head: answers questions about one, two or more images."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.language_model.embed_tokens.weight"}
+
+    def __init__(self, config: MedReCoVLMConfig):
+        super().__init__(config)
+        self.model = MedReCoVLMModel(config)
+        self.lm_head = nn.Linear(config.text_config.hidden_size, config.text_config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    @property
+    def vision_tower(self) -> MedReCoVisionModel:
+        return self.model.vision_tower
+
+    def get_image_features(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.get_image_features(pixel_values, modality_ids)
+
+    def load_vision_tower(self, vision_model: MedReCoVisionModel) -> None:
+        """Take the stage-1 vision encoder's weights (keeps this model's freezing)."""
+        missing, unexpected = self.model.vision_tower.load_state_dict(vision_model.state_dict(), strict=True)
+        if missing or unexpected:  # strict=True raises first; kept for clarity of intent
+            raise ValueError(f"vision encoder mismatch: missing {missing}, unexpected {unexpected}")
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        modality_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> MedReCoVLMOutput:
+        """labels: token ids to predict, -100 where no loss applies. Image placeholder positions
+        are always excluded from the loss, whatever the labels hold."""
+        outputs = self.model(
+            input_ids=input_ids,
+            pixel_values=pixel_values,
+            modality_ids=modality_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        elif isinstance(logits_to_keep, torch.Tensor):
+            hidden_states = hidden_states[:, logits_to_keep]
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            if input_ids is not None:
+                labels = labels.masked_fill(input_ids == self.config.image_token_id, -100)
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.text_config.vocab_size)
+        return MedReCoVLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            image_hidden_states=outputs.image_hidden_states,
+        )
+
+
+__all__ = ["MedReCoForConditionalGeneration", "MedReCoVLMModel", "MedReCoVLMOutput", "MedReCoVLMPreTrainedModel"]

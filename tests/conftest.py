@@ -1,0 +1,70 @@
+"""Shared tiny models and inputs. Tiny presets run the same code as the paper-size models."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest
+import torch
+
+import medreco
+
+TINY_IMAGE = 40  # tiny preset: 40x40 in-plane, patch 10 -> 16 tokens per image
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def tiny_model(family: str, **overrides):
+    return medreco.create_model(family, "tiny", **overrides).eval()
+
+
+def images_2d(batch: int, size: int = TINY_IMAGE) -> torch.Tensor:
+    return torch.rand(batch, 1, 1, size, size)
+
+
+def example_inputs(model) -> dict[str, torch.Tensor]:
+    """Valid inputs for any model family, for round-trip comparisons."""
+    generator = torch.Generator().manual_seed(1)
+    config = model.config
+    if config.model_type == "medreco_vision":
+        return {"pixel_values": torch.rand(2, 1, 4, 40, 40, generator=generator), "modality_ids": torch.tensor([1, 3])}
+    if config.model_type == "medreco":
+        return {
+            "pixel_values": torch.rand(2, 1, 1, 40, 40, generator=generator),
+            "modality_ids": torch.tensor([0, 4]),
+            "input_ids": torch.randint(0, 1000, (2, 6), generator=generator),
+        }
+    if config.model_type == "medreco_reranker":
+        k, d = config.top_k, config.hidden_size
+        return {
+            "query_tokens": torch.randn(3, k, d, generator=generator),
+            "query_features": torch.randn(3, d, generator=generator),
+            "candidate_tokens": torch.randn(3, k, d, generator=generator),
+            "candidate_features": torch.randn(3, d, generator=generator),
+            "modality_ids": torch.tensor([0, 1, 2]),
+        }
+    if config.model_type == "medreco_vlm":
+        n = config.image_seq_length
+        image = config.image_token_id
+        ids = [1, 2, *[image] * n, 5, *[image] * n, 6, 7]
+        return {
+            "input_ids": torch.tensor([ids]),
+            "pixel_values": torch.rand(2, 1, 1, 40, 40, generator=generator),
+            "modality_ids": torch.tensor([0, 0]),
+        }
+    raise ValueError(config.model_type)
+
+
+def main_output(model, outputs) -> torch.Tensor:
+    """The tensor that characterises a model's forward result."""
+    for name in ("logits", "image_embeds", "last_hidden_state"):
+        value = getattr(outputs, name, None)
+        if value is not None:
+            return value
+    raise AssertionError("no main output")

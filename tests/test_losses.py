@@ -1,0 +1,78 @@
+import math
+
+import pytest
+import torch
+
+from medreco.modeling import smooth_ap_loss, symmetric_infonce_loss, triplet_loss_with_hard_negatives, triplet_relevance
+
+
+def test_infonce_matches_hand_computation():
+    image = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    text = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    scale = torch.tensor(0.0)  # exp(0) = 1
+    logits = image @ text.T  # [[1, .6], [0, .8]]
+    row0 = -math.log(math.exp(1) / (math.exp(1) + math.exp(0.6)))
+    row1 = -math.log(math.exp(0.8) / (math.exp(0) + math.exp(0.8)))
+    col0 = -math.log(math.exp(1) / (math.exp(1) + math.exp(0)))
+    col1 = -math.log(math.exp(0.8) / (math.exp(0.6) + math.exp(0.8)))
+    expected = ((row0 + row1) / 2 + (col0 + col1) / 2) / 2
+    assert logits.shape == (2, 2)
+    assert symmetric_infonce_loss(image, text, scale).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_triplet_uses_hardest_negative():
+    similarity = torch.tensor([[0.9, 0.5, 0.8]])
+    relevance = torch.tensor([[1, 0, 0]])
+    # hardest negative 0.8: max(0, 0.8 - 0.9 + 0.2) = 0.1 (the easy negative alone would give 0)
+    assert triplet_loss_with_hard_negatives(similarity, relevance, 0.2, mining="hardest").item() == pytest.approx(0.1)
+
+
+def test_semi_hard_prefers_the_hardest_negative_below_the_positive():
+    similarity = torch.tensor([[0.6, 0.7, 0.5, 0.1], [0.6, 0.9, 0.8, 0.7]])
+    relevance = torch.tensor([[1, 0, 0, 0], [1, 0, 0, 0]])
+    # anchor 1: negatives below 0.6 are 0.5 and 0.1 -> 0.5 gives 0.1; anchor 2: none below -> hardest 0.9 gives 0.5
+    loss = triplet_loss_with_hard_negatives(similarity, relevance, 0.2, mining="semi_hard")
+    assert loss.item() == pytest.approx((0.1 + 0.5) / 2)
+
+
+def test_batch_all_averages_violating_triplets():
+    similarity = torch.tensor([[0.6, 0.7, 0.5, 0.1]])
+    relevance = torch.tensor([[1, 0, 0, 0]])
+    expected = ((0.7 - 0.6 + 0.2) + (0.5 - 0.6 + 0.2)) / 2  # 0.1 - 0.6 + 0.2 < 0 does not violate
+    assert triplet_loss_with_hard_negatives(similarity, relevance, 0.2, mining="all").item() == pytest.approx(expected)
+    with pytest.raises(ValueError, match="mining"):
+        triplet_loss_with_hard_negatives(similarity, relevance, mining="easiest")
+
+
+def test_triplet_averages_over_positives_and_skips_unusable_anchors():
+    similarity = torch.tensor([[0.9, 0.3, 0.6, 0.0], [0.2, 0.1, 0.0, 0.9]])
+    relevance = torch.tensor([[1, 1, 0, -1], [1, -1, -1, -1]])  # anchor 2 has no negative
+    expected = (max(0, 0.6 - 0.9 + 0.2) + max(0, 0.6 - 0.3 + 0.2)) / 2
+    assert triplet_loss_with_hard_negatives(similarity, relevance, 0.2, "hardest").item() == pytest.approx(expected)
+
+
+def test_ranking_losses_without_usable_pairs_are_zero_but_differentiable():
+    similarity = torch.rand(2, 3, requires_grad=True)
+    relevance = torch.full((2, 3), -1)
+    for loss in (triplet_loss_with_hard_negatives(similarity, relevance), smooth_ap_loss(similarity, relevance)):
+        assert loss.item() == 0.0
+        loss.backward()
+
+
+def test_smooth_ap_matches_hand_computation():
+    relevance = torch.tensor([[1, 0, 1]])
+    perfect = torch.tensor([[0.9, 0.1, 0.5]])
+    assert smooth_ap_loss(perfect, relevance, temperature=1e-4).item() == pytest.approx(0.0, abs=1e-6)
+    # negative ranked between the positives: AP = (1/1 + 2/3) / 2
+    interleaved = torch.tensor([[0.9, 0.7, 0.5]])
+    assert smooth_ap_loss(interleaved, relevance, temperature=1e-4).item() == pytest.approx(1 - 5 / 6, abs=1e-5)
+
+
+def test_ranking_inputs_must_match():
+    with pytest.raises(ValueError, match="anchors, candidates"):
+        triplet_loss_with_hard_negatives(torch.rand(2, 3), torch.ones(2, 4))
+
+
+def test_triplet_relevance_layout():
+    relevance = triplet_relevance(2)
+    assert relevance.tolist() == [[1, -1, 0, -1], [-1, 1, -1, 0]]

@@ -1,0 +1,160 @@
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import medreco
+from conftest import images_2d, tiny_model
+from medreco.factory import bundled_text_encoder_path
+
+
+def test_pairwise_conditioning_matches_one_entity_at_a_time():
+    model = tiny_model("retrieval")
+    tokens = model.get_image_tokens(images_2d(3), torch.tensor([0, 1, 4])).last_hidden_state
+    ids = torch.tensor([0, 1, 4])
+    entities = torch.nn.functional.normalize(torch.randn(2, 32), dim=-1)
+    pairwise = model.condition(tokens, ids, entities, pairwise=True)
+    assert pairwise.features.shape == (2, 3, 32) and pairwise.attention.shape == (2, 3, 16)
+    for e in range(2):
+        single = model.condition(tokens, ids, entities[e].expand(3, -1))
+        torch.testing.assert_close(pairwise.features[e], single.features, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(pairwise.attention[e], single.attention, atol=1e-6, rtol=1e-5)
+
+
+def test_features_are_normalised_and_attention_is_a_distribution():
+    model = tiny_model("retrieval")
+    out = model.get_image_features(images_2d(2), torch.tensor([0, 0]))
+    torch.testing.assert_close(out.features.norm(dim=-1), torch.ones(2))
+    torch.testing.assert_close(out.attention.sum(-1), torch.ones(2))
+    assert model.score(out.features[0], out.features[0]).item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_entity_changes_the_feature_and_mask_falls_back_to_cls():
+    model = tiny_model("retrieval")
+    tokens = model.get_image_tokens(images_2d(2), torch.tensor([0, 0])).last_hidden_state
+    entity = torch.nn.functional.normalize(torch.randn(2, 32), dim=-1)
+    holistic = model.condition(tokens, [0, 0]).features
+    conditioned = model.condition(tokens, [0, 0], entity).features
+    assert not torch.allclose(holistic, conditioned, atol=1e-3)
+    mixed = model.condition(tokens, [0, 0], entity, entity_mask=torch.tensor([True, False])).features
+    torch.testing.assert_close(mixed[0], conditioned[0])
+    torch.testing.assert_close(mixed[1], holistic[1])
+
+
+def test_any_free_text_entity_is_encoded_with_the_bundled_encoder():
+    model = medreco.create_model(
+        "retrieval", "tiny", load_text_weights=True, text_model_name_or_path=medreco.BUNDLED_TEXT_ENCODER
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(bundled_text_encoder_path())
+    texts = ["pleural effusion in left lower lobe", "an entity no vocabulary lists, e.g. 'azygos lobe fissure'"]
+    embeddings = model.encode_entity_texts(texts, tokenizer)
+    assert embeddings.shape == (2, 32)
+    torch.testing.assert_close(embeddings.norm(dim=-1), torch.ones(2))
+    torch.testing.assert_close(model.encode_entity_texts(texts[:1], tokenizer), embeddings[:1], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="non-empty"):
+        model.encode_entity_texts([" "], tokenizer)
+    # the real pretrained backbone: mean pooling is over real tokens only (padding cannot change it)
+    short = tokenizer(["effusion"], return_tensors="pt")
+    padded = tokenizer(["effusion"], padding="max_length", max_length=12, return_tensors="pt")
+    torch.testing.assert_close(
+        model.get_text_embeddings(short["input_ids"], short["attention_mask"]),
+        model.get_text_embeddings(padded["input_ids"], padded["attention_mask"]),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_text_freezing_control():
+    model = medreco.create_model("retrieval", "tiny", freeze_text_encoder=True)
+    assert not any(p.requires_grad for p in model.text_encoder.backbone.parameters())
+    assert model.text_encoder.projection.weight.requires_grad
+    model.set_text_backbone_trainable(True)
+    assert all(p.requires_grad for p in model.text_encoder.backbone.parameters())
+
+
+def test_ranking_forward_needs_a_known_layout():
+    model = tiny_model("retrieval")
+    with pytest.raises(ValueError, match="positives; negatives"):
+        model(images_2d(2), [0, 0], candidate_pixel_values=images_2d(3), candidate_modality_ids=[0, 0, 0])
+    with pytest.raises(ValueError, match="input_ids"):
+        model(images_2d(2), [0, 0])
+
+
+# --- A learnable toy task -------------------------------------------------------------------
+# Each image holds a bright square on the left (or not) and on the right (or not). Under the
+# entity "left", two images are similar when they agree on the left square, whatever the right
+# one does, and vice versa: whole-image similarity is confounded, entity conditioning is not.
+ENTITY_TOKENS = {"left": [101, 2187, 102], "right": [101, 2157, 102]}
+
+
+def toy_images(attributes: torch.Tensor) -> torch.Tensor:
+    images = torch.rand(len(attributes), 1, 1, 40, 40) * 0.2
+    images[attributes[:, 0] == 1, :, :, 12:28, 2:18] += 0.8
+    images[attributes[:, 1] == 1, :, :, 12:28, 22:38] += 0.8
+    return images
+
+
+def toy_triplets(n: int, generator: torch.Generator):
+    """Anchors with an entity, a positive and a negative each, and the full relevance matrix of
+    every anchor against every candidate (which is what in-batch hard-negative mining uses)."""
+    anchor = torch.randint(0, 2, (n, 2), generator=generator)
+    which = torch.randint(0, 2, (n,), generator=generator)
+    positive = torch.randint(0, 2, (n, 2), generator=generator)
+    negative = torch.randint(0, 2, (n, 2), generator=generator)
+    rows = torch.arange(n)
+    positive[rows, which] = anchor[rows, which]
+    negative[rows, which] = 1 - anchor[rows, which]
+    entity = torch.tensor([ENTITY_TOKENS["left"] if w == 0 else ENTITY_TOKENS["right"] for w in which])
+    candidates = torch.cat([positive, negative])
+    relevance = (candidates[None, :, :].expand(n, -1, -1)[rows, :, which] == anchor[rows, which][:, None]).long()
+    return toy_images(anchor), toy_images(positive), toy_images(negative), entity, relevance
+
+
+def triplet_accuracy(model, batch) -> float:
+    anchor, positive, negative, entity, _ = batch
+    ids = torch.zeros(len(anchor), dtype=torch.long)
+    with torch.no_grad():
+        out = model(anchor, ids, entity_input_ids=entity, candidate_pixel_values=torch.cat([positive, negative]),
+                    candidate_modality_ids=torch.cat([ids, ids]), return_loss=False)
+    rows = torch.arange(len(anchor))
+    return (out.similarity[rows, rows] > out.similarity[rows, rows + len(anchor)]).float().mean().item()
+
+
+@pytest.mark.parametrize("ranking_loss", ["triplet", "smooth_ap"])
+def test_learns_entity_conditioned_ranking(ranking_loss):
+    model = medreco.create_model("retrieval", "tiny", ranking_loss=ranking_loss)
+    generator = torch.Generator().manual_seed(0)
+    held_out = toy_triplets(128, generator)
+    before = triplet_accuracy(model.eval(), held_out)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    losses = []
+    model.train()
+    for _ in range(120):
+        anchor, positive, negative, entity, relevance = toy_triplets(16, generator)
+        ids = torch.zeros(16, dtype=torch.long)
+        loss = model(anchor, ids, entity_input_ids=entity, candidate_pixel_values=torch.cat([positive, negative]),
+                     candidate_modality_ids=torch.cat([ids, ids]), relevance=relevance).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    after = triplet_accuracy(model.eval(), held_out)
+    assert sum(losses[-20:]) / 20 < 0.5 * sum(losses[:20]) / 20
+    assert after >= 0.9 and after > before + 0.2, (before, after)
+
+
+def test_warm_up_alignment_lowers_infonce():
+    model = medreco.create_model("retrieval", "tiny").train()
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    # "reports" name which squares are present: 4 distinct reports for 4 kinds of image
+    report_tokens = torch.tensor([[101, 2053, 102], [101, 2187, 102], [101, 2157, 102], [101, 2119, 102]])
+    losses = []
+    for _ in range(60):
+        attributes = torch.tensor([[0, 0], [1, 0], [0, 1], [1, 1]])[torch.randperm(4, generator=generator)]
+        reports = report_tokens[attributes[:, 0] + 2 * attributes[:, 1]]
+        loss = model(toy_images(attributes), torch.zeros(4, dtype=torch.long), input_ids=reports).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10
