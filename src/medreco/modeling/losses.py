@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 
-def symmetric_infonce_loss(image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
+def symmetric_infonce_loss(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
     """CLIP-style InfoNCE: row i of each input is a matching image-report pair."""
     logits = logit_scale.exp() * image_embeds @ text_embeds.t()
     targets = torch.arange(logits.shape[0], device=logits.device)

@@ -15,7 +15,7 @@ from transformers import AutoModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-from .blocks import FeedForward, ModalityExpertsFeedForward, check_modality_ids
+from .blocks import ModalityExpertsFeedForward, check_modality_ids
 from .configuration_medreco import MedReCoConditionerConfig, MedReCoConfig
 from .losses import smooth_ap_loss, symmetric_infonce_loss, triplet_loss_with_hard_negatives, triplet_relevance
 from .modeling_utils import MedReCoPreTrainedModel
@@ -56,7 +56,10 @@ class MedReCoTextEncoder(nn.Module):
         self.projection = nn.Linear(text_config.hidden_size, projection_dim, bias=False)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -236,7 +239,10 @@ class MedReCoModel(MedReCoPreTrainedModel):
         return vision_output.last_hidden_state
 
     def get_text_embeddings(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """L2-normalised embeddings of reports or entity prompts, `(B, hidden)`."""
         return self.text_encoder(input_ids, attention_mask, token_type_ids)
@@ -249,7 +255,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         device = self.logit_scale.device
         chunks = []
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt")
+            batch = tokenizer(
+                list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt"
+            )
             chunks.append(self.get_text_embeddings(batch["input_ids"].to(device), batch["attention_mask"].to(device)))
         return torch.cat(chunks)
 
@@ -262,7 +270,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         pairwise: bool = False,
     ) -> ConditionerOutput:
         modality_ids = check_modality_ids(modality_ids, visual_tokens.shape[0], self.config.vision_config.num_experts)
-        return self.conditioner(visual_tokens, modality_ids.to(visual_tokens.device), entity_embeddings, entity_mask, pairwise)
+        return self.conditioner(
+            visual_tokens, modality_ids.to(visual_tokens.device), entity_embeddings, entity_mask, pairwise
+        )
 
     def get_image_features(
         self,
@@ -324,7 +334,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
         if candidate_modality_ids is None:
             raise ValueError("candidate_modality_ids is required with candidate_pixel_values")
-        candidate_tokens = self.conditioning_tokens(self.get_image_tokens(candidate_pixel_values, candidate_modality_ids))
+        candidate_tokens = self.conditioning_tokens(
+            self.get_image_tokens(candidate_pixel_values, candidate_modality_ids)
+        )
         if entity_embeddings is None:
             candidates = self.condition(candidate_tokens, candidate_modality_ids).features
             candidates = candidates[None].expand(anchor.shape[0], -1, -1)
@@ -337,7 +349,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         if return_loss:
             if relevance is None:
                 if similarity.shape[1] != 2 * similarity.shape[0]:
-                    raise ValueError("without relevance, candidates must be [positives; negatives], one of each per anchor")
+                    raise ValueError(
+                        "without relevance, candidates must be [positives; negatives], one of each per anchor"
+                    )
                 relevance = triplet_relevance(similarity.shape[0], similarity.device)
             if self.config.ranking_loss == "smooth_ap":
                 loss = smooth_ap_loss(similarity, relevance, self.config.smooth_ap_temperature)

@@ -77,7 +77,9 @@ class MedReCoReranker(MedReCoPreTrainedModel):
         modality_ids `(B,)`, labels `(B,)` in {0, 1} or soft targets in [0, 1]."""
         batch, k, _ = query_tokens.shape
         if k > self.config.top_k or candidate_tokens.shape[1] > self.config.top_k:
-            raise ValueError(f"at most top_k={self.config.top_k} tokens per image, got {k} and {candidate_tokens.shape[1]}")
+            raise ValueError(
+                f"at most top_k={self.config.top_k} tokens per image, got {k} and {candidate_tokens.shape[1]}"
+            )
         if not (candidate_tokens.shape[0] == query_features.shape[0] == candidate_features.shape[0] == batch):
             raise ValueError("query and candidate inputs must have the same batch size")
         modality_ids = check_modality_ids(modality_ids, batch, self.config.num_experts).to(query_tokens.device)

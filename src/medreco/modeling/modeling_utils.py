@@ -38,14 +38,26 @@ class MedReCoPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, **kwargs):
         wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
-        problems = {name: sorted(map(str, info[name])) for name in ("missing_keys", "unexpected_keys", "mismatched_keys") if info[name]}
-        if strict and problems:
-            details = "; ".join(f"{name}: {keys[:8]}{' ...' if len(keys) > 8 else ''}" for name, keys in problems.items())
-            source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        try:
+            model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
             raise CheckpointMismatchError(
-                f"checkpoint {source} does not match {cls.__name__} ({details}). "
-                "Pass strict=False to load it anyway."
+                f"checkpoint {source} has weights whose shapes do not match {cls.__name__} (see the load report above)"
+            ) from error
+        problems = {
+            name: sorted(map(str, info[name]))
+            for name in ("missing_keys", "unexpected_keys", "mismatched_keys")
+            if info[name]
+        }
+        if strict and problems:
+            details = "; ".join(
+                f"{name}: {keys[:8]}{' ...' if len(keys) > 8 else ''}" for name, keys in problems.items()
+            )
+            raise CheckpointMismatchError(
+                f"checkpoint {source} does not match {cls.__name__} ({details}). Pass strict=False to load it anyway."
             )
         return (model, info) if wants_info else model
 

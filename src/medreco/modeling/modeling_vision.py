@@ -60,7 +60,9 @@ class MedReCoVisionEmbeddings(nn.Module):
     def check_input(self, pixel_values: torch.Tensor) -> None:
         config = self.config
         if pixel_values.ndim != 5:
-            raise ValueError(f"pixel_values must be (batch, channels, depth, height, width); got shape {tuple(pixel_values.shape)}")
+            raise ValueError(
+                f"pixel_values must be (batch, channels, depth, height, width); got shape {tuple(pixel_values.shape)}"
+            )
         _, channels, depth, height, width = pixel_values.shape
         if channels != config.num_channels:
             raise ValueError(f"expected {config.num_channels} channel(s), got {channels}")

@@ -77,7 +77,9 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
         vision_output = self.vision_tower(pixel_values, modality_ids)
         return self.multi_modal_projector(vision_output.last_hidden_state)
 
-    def get_placeholder_mask(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
+    def get_placeholder_mask(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, image_features: torch.Tensor
+    ) -> torch.Tensor:
         if input_ids is None:
             image_embedding = self.get_input_embeddings()(
                 torch.tensor(self.config.image_token_id, dtype=torch.long, device=inputs_embeds.device)

@@ -1,0 +1,37 @@
+import json
+import subprocess
+import sys
+
+import medreco
+from conftest import tiny_model
+from medreco.cli import main
+
+
+def test_info_reports_total_and_active_parameters_per_modality(capsys):
+    assert main(["info", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary) == {"paper", "tiny"}
+    for preset in summary.values():
+        assert set(preset) == set(medreco.FAMILIES)
+        for counts in preset.values():
+            assert counts["total"] >= counts["chest_ct"] > 0
+    paper_vision = summary["paper"]["vision"]
+    assert 100e6 < paper_vision["total"] < 200e6
+    assert paper_vision["total"] > paper_vision["chest_xray"]  # other modalities' experts are inactive
+    assert summary["paper"]["vlm"]["total"] > 7e9  # Qwen2.5-7B-sized language model, counted on the meta device
+
+
+def test_info_prints_a_readable_table():
+    result = subprocess.run(
+        [sys.executable, "-m", "medreco", "info", "--preset", "tiny"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "active for chest_ct" in result.stdout and "retrieval" in result.stdout
+
+
+def test_export_command(tmp_path, capsys):
+    tiny_model("reranker").save_pretrained(tmp_path / "ckpt")
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "out")]) == 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling_reranker.MedReCoReranker"
+    assert (tmp_path / "out" / "modeling_reranker.py").exists()

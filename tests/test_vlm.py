@@ -1,0 +1,135 @@
+import pytest
+import torch
+
+import medreco
+from conftest import example_inputs, tiny_model
+
+BOS, EOS, CASE_A, CASE_B, QUESTION, ANSWER_A, ANSWER_B = 1, 2, 10, 11, 12, 20, 21
+
+
+def comparison_prompt(config) -> list[int]:
+    """[BOS, "Case A:", <image x N>, "Case B:", <image x N>, "Which case has the bright square?"]"""
+    image = [config.image_token_id] * config.image_seq_length
+    return [BOS, CASE_A, *image, CASE_B, *image, QUESTION]
+
+
+def test_vision_tower_is_frozen_by_default_and_projector_is_two_layer_gelu():
+    model = tiny_model("vlm")
+    assert not any(p.requires_grad for p in model.vision_tower.parameters())
+    assert all(p.requires_grad for p in model.model.multi_modal_projector.parameters())
+    projector = model.model.multi_modal_projector
+    assert projector.linear_1.out_features == projector.linear_2.in_features == model.config.text_config.hidden_size
+    unfrozen = medreco.create_model("vlm", "tiny", freeze_vision_tower=False)
+    assert all(p.requires_grad for p in unfrozen.vision_tower.parameters())
+
+
+def test_placeholder_count_must_match_images():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    with pytest.raises(ValueError, match="image placeholder tokens"):
+        model(
+            input_ids=inputs["input_ids"][:, :-5],
+            pixel_values=inputs["pixel_values"][:1],
+            modality_ids=inputs["modality_ids"][:1],
+        )
+    with pytest.raises(ValueError, match="modality_ids"):
+        model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"])
+
+
+def test_image_features_replace_placeholders():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    out = model(**inputs)
+    assert out.image_hidden_states.shape == (2, model.config.image_seq_length, model.config.text_config.hidden_size)
+    other_pixels = model(**dict(inputs, pixel_values=torch.rand_like(inputs["pixel_values"])))
+    assert not torch.allclose(out.logits[:, -1], other_pixels.logits[:, -1])
+
+
+def test_image_positions_never_contribute_to_the_loss():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    ids = inputs["input_ids"]
+    everything = model(**inputs, labels=ids.clone()).loss
+    masked_labels = ids.masked_fill(ids == model.config.image_token_id, -100)
+    assert everything.item() == pytest.approx(model(**inputs, labels=masked_labels).loss.item(), rel=1e-6)
+
+
+def test_generate_with_two_images_and_kv_cache():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    cached = model.generate(**inputs, max_new_tokens=6, do_sample=False, use_cache=True)
+    uncached = model.generate(**inputs, max_new_tokens=6, do_sample=False, use_cache=False)
+    assert cached.shape == (1, inputs["input_ids"].shape[1] + 6)
+    torch.testing.assert_close(cached, uncached)
+
+
+def test_any_causal_lm_config_works():
+    llama = {
+        "model_type": "llama",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
+    model = medreco.create_model("vlm", "tiny", text_config=llama).eval()
+    out = model(**example_inputs(model))
+    assert out.logits.shape[-1] == 64
+
+
+def test_paper_size_config():
+    config = medreco.create_config("vlm", "paper")
+    assert config.image_seq_length == 576
+    assert config.text_config.model_type == "qwen2" and config.text_config.hidden_size == 3584
+    with torch.device("meta"):
+        model = medreco.MedReCoForConditionalGeneration(config)
+    assert model.model.multi_modal_projector.linear_1.in_features == 512
+
+
+def _bright_square_batch(config, n: int, generator: torch.Generator):
+    """Two images per sample; one holds a bright square. The answer names which one."""
+    which = torch.randint(0, 2, (n,), generator=generator)
+    images = torch.rand(n, 2, 1, 1, 40, 40, generator=generator) * 0.2
+    for i in range(n):
+        images[i, which[i], :, :, 10:30, 10:30] += 0.8
+    prompt = comparison_prompt(config)
+    input_ids = torch.tensor([[*prompt, ANSWER_A if w == 0 else ANSWER_B, EOS] for w in which])
+    labels = input_ids.clone()
+    labels[:, : len(prompt)] = -100  # loss on the answer only
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "pixel_values": images.reshape(2 * n, 1, 1, 40, 40),
+        "modality_ids": torch.zeros(2 * n, dtype=torch.long),
+    }, which
+
+
+def test_learns_which_of_two_images_holds_the_bright_square():
+    model = medreco.create_model("vlm", "tiny")
+    generator = torch.Generator().manual_seed(0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=3e-3)
+    losses = []
+    model.train()
+    for _ in range(80):
+        batch, _ = _bright_square_batch(model.config, 16, generator)
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10
+
+    model.eval()
+    batch, which = _bright_square_batch(model.config, 32, generator)
+    prompt_length = len(comparison_prompt(model.config))
+    generated = model.generate(
+        input_ids=batch["input_ids"][:, :prompt_length],
+        pixel_values=batch["pixel_values"],
+        modality_ids=batch["modality_ids"],
+        max_new_tokens=1,
+        do_sample=False,
+    )[:, -1]
+    expected = torch.where(which == 0, ANSWER_A, ANSWER_B)
+    assert (generated == expected).float().mean().item() >= 0.9
