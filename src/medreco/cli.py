@@ -40,6 +40,79 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    """What a file or folder holds: modality, shape, spacing, orientation, series, warnings."""
+    from pathlib import Path
+
+    from .processing import ReaderOptions, list_dicom_series, load_image
+
+    path = Path(args.path)
+    report: dict = {"path": str(path)}
+    if path.is_dir():
+        report["series"] = list_dicom_series(path)
+        if len(report["series"]) > 1 and args.series is None:
+            report["note"] = "several series: pass --series N to inspect one"
+            return _print_report(report, args.json)
+    image = load_image(path, ReaderOptions(series=args.series, volume_index=args.volume_index))
+    report.update(image.describe())
+    return _print_report(report, args.json)
+
+
+def _print_report(report: dict, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for key, value in report.items():
+        if key == "series":
+            print("series:")
+            for item in value:
+                print(f"  #{item['series_number']}: {item['modality']} {item['files']} file(s) {item['description']!r}")
+        elif key == "warnings":
+            for warning in value:
+                print(f"warning: {warning}")
+        elif key != "affine":
+            print(f"{key}: {value}")
+    return 0
+
+
+def _preprocess(args: argparse.Namespace) -> int:
+    """The model-ready tensor of one input, as safetensors with key `pixel_values`."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from .processing import MedReCoImageProcessor, ReaderOptions, load_image
+
+    processor = MedReCoImageProcessor()
+    image = load_image(
+        args.path, ReaderOptions(series=args.series, volume_index=args.volume_index, nan_policy=args.nan_policy)
+    )
+    tensor = processor.preprocess_one(image, args.modality)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp")
+    metadata = {"modality": args.modality, "modality_id": str(processor.modality_id(args.modality))}
+    save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
+    temporary.replace(out)
+    print(f"{out}: pixel_values {tuple(tensor.shape)}")
+    return 0
+
+
+def _deidentify(args: argparse.Namespace) -> int:
+    """Copy DICOM files with identifying attributes removed and UIDs pseudonymised."""
+    from pathlib import Path
+
+    from .processing import deidentify_file
+
+    source, destination = Path(args.source), Path(args.destination)
+    files = [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else [source]
+    for file in files:
+        target = destination / file.relative_to(source) if source.is_dir() else destination
+        deidentify_file(file, target, salt=args.salt)
+    print(f"{len(files)} file(s) written under {destination}")
+    return 0
+
+
 def _human(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -61,15 +134,44 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", help="folder written by save_pretrained")
     export.add_argument("--out", required=True, help="destination folder")
     export.set_defaults(handler=_export)
+
+    inspect = commands.add_parser("inspect", help="describe a DICOM file or folder, NIfTI or PNG/JPEG")
+    inspect.add_argument("path")
+    inspect.add_argument("--series", type=int, help="series number, in a folder with several series")
+    inspect.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(handler=_inspect)
+
+    preprocess = commands.add_parser("preprocess", help="write the model-ready tensor of an image (safetensors)")
+    preprocess.add_argument("path")
+    preprocess.add_argument("--modality", required=True, help="modality family, e.g. chest_ct or chest_xray")
+    preprocess.add_argument("--out", required=True, help="output .safetensors file")
+    preprocess.add_argument("--series", type=int)
+    preprocess.add_argument("--volume-index", type=int)
+    preprocess.add_argument("--nan-policy", choices=["raise", "zero"], default="raise")
+    preprocess.set_defaults(handler=_preprocess)
+
+    deidentify = commands.add_parser("deidentify", help="copy DICOM files without identifying attributes")
+    deidentify.add_argument("source", help="a DICOM file or a folder")
+    deidentify.add_argument("destination", help="output file or folder")
+    deidentify.add_argument("--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable")
+    deidentify.set_defaults(handler=_deidentify)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .errors import MedReCoError
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (MedReCoError, ValueError) as error:
+        # one line naming the file and the problem; exit code 2, like argparse's usage errors
+        print(f"medreco {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

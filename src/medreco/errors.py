@@ -1,0 +1,78 @@
+"""medreco's exceptions. Messages name the file and the problem, never identifying DICOM values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class MedReCoError(Exception):
+    """Base of every error medreco raises on purpose."""
+
+
+class MedicalImageError(MedReCoError, ValueError):
+    """A medical image could not be turned into model input. `path` names the file or folder."""
+
+    def __init__(self, path: str | Path | None, problem: str):
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class UnreadableImageError(MedicalImageError):
+    """Not a readable image of the expected format: corrupt, truncated, random bytes."""
+
+
+class UnsupportedImageError(MedicalImageError):
+    """A valid file that medreco does not turn into an image (no pixel data, 4D, other format)."""
+
+
+class MissingCodecError(UnsupportedImageError):
+    """Compressed pixel data whose decoder plugin is not installed; the message names the plugin."""
+
+
+class InvalidPixelDataError(MedicalImageError):
+    """Pixel values that cannot be used: NaN or infinite values, an empty image."""
+
+
+class ModalityError(MedicalImageError):
+    """The image's own modality contradicts the one requested."""
+
+
+class SeriesError(MedicalImageError):
+    """A DICOM series that cannot be assembled into one volume."""
+
+
+class MultipleSeriesError(SeriesError):
+    """A folder holds several series and none was chosen. `series` lists them."""
+
+    def __init__(self, path: str | Path, problem: str, series: list[dict]):
+        self.series = series
+        super().__init__(path, problem)
+
+
+class MissingSliceError(SeriesError):
+    """A gap in the slice positions of a series."""
+
+
+class DuplicateSliceError(SeriesError):
+    """Two slices of a series at the same position."""
+
+
+class InconsistentGeometryError(SeriesError):
+    """Slices that disagree in orientation, size or pixel spacing, or uneven slice spacing."""
+
+
+__all__ = [
+    "DuplicateSliceError",
+    "InconsistentGeometryError",
+    "InvalidPixelDataError",
+    "MedReCoError",
+    "MedicalImageError",
+    "MissingCodecError",
+    "MissingSliceError",
+    "ModalityError",
+    "MultipleSeriesError",
+    "SeriesError",
+    "UnreadableImageError",
+    "UnsupportedImageError",
+]

@@ -1,0 +1,46 @@
+"""From files to model input: readers, geometry, preprocessing, processors, cache, privacy."""
+
+from transformers import AutoImageProcessor
+
+from ..modeling import MedReCoConfig, MedReCoVLMConfig
+from .cache import TensorCache, content_digest
+from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
+from .image_processor import MedReCoImageProcessor
+from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
+from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file
+from .readers import (
+    ReaderOptions,
+    list_dicom_series,
+    load_image,
+    read_dicom_file,
+    read_dicom_series,
+    read_nifti,
+    read_raster,
+)
+
+for _config in (MedReCoConfig, MedReCoVLMConfig):
+    AutoImageProcessor.register(_config, image_processor_classes={"pil": MedReCoImageProcessor}, exist_ok=True)
+
+__all__ = [
+    "CANONICAL_AXES",
+    "DEFAULT_RECIPES",
+    "IDENTIFYING_KEYWORDS",
+    "MedReCoImageProcessor",
+    "ModalityRecipe",
+    "TensorCache",
+    "content_digest",
+    "deidentify",
+    "deidentify_file",
+    "preprocess_image",
+    "resample_to_grid",
+    "ImageGeometry",
+    "MedicalImage",
+    "ReaderOptions",
+    "list_dicom_series",
+    "load_image",
+    "read_dicom_file",
+    "read_dicom_series",
+    "read_nifti",
+    "read_raster",
+    "to_canonical",
+]

@@ -1,0 +1,79 @@
+"""On-disk cache of preprocessed tensors, keyed by the input's bytes and the preprocessing settings.
+
+Entries are safetensors files holding only `pixel_values` and non-identifying metadata. Writes go
+to a unique temporary file renamed into place, so concurrent readers see a whole entry or none,
+and a crash never leaves a corrupt entry behind. A damaged entry is treated as a miss."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT_VERSION = "1"
+_CHUNK = 1 << 20
+
+
+def content_digest(path: str | Path, settings: dict) -> str:
+    """A hash of a file's (or a folder's files') bytes plus the settings that shape the output."""
+    path = Path(path)
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(json.dumps({"format": CACHE_FORMAT_VERSION, **settings}, sort_keys=True).encode())
+    files = (
+        sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
+    )
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode())
+        with open(file, "rb") as handle:
+            while block := handle.read(_CHUNK):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+class TensorCache:
+    """`get`/`put` preprocessed tensors under a directory (created on first write)."""
+
+    def __init__(self, directory: str | Path, dtype: torch.dtype = torch.float16):
+        self.directory = Path(directory)
+        self.dtype = dtype
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.safetensors"
+
+    def get(self, key: str) -> torch.Tensor | None:
+        path = self._path(key)
+        if not path.exists():
+            return None
+        try:
+            return load_file(path)["pixel_values"].float()
+        except (SafetensorError, KeyError, OSError, ValueError) as error:
+            logger.warning("ignoring a damaged cache entry %s (%s)", path.name, type(error).__name__)
+            return None
+
+    def put(self, key: str, pixel_values: torch.Tensor) -> Path:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        try:
+            save_file(
+                {"pixel_values": pixel_values.to(self.dtype).contiguous()},
+                temporary,
+                metadata={"medreco_cache_format": CACHE_FORMAT_VERSION},
+            )
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return path
+
+
+__all__ = ["CACHE_FORMAT_VERSION", "TensorCache", "content_digest"]

@@ -1,0 +1,190 @@
+import os
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pydicom
+import pytest
+
+import medreco
+from io_helpers import box_phantom, mirror_series_left_right, write_nifti_volume, write_series
+from medreco.errors import (
+    DuplicateSliceError,
+    InconsistentGeometryError,
+    InvalidPixelDataError,
+    MedicalImageError,
+    MissingSliceError,
+    MultipleSeriesError,
+    UnreadableImageError,
+    UnsupportedImageError,
+)
+from medreco.processing import MedReCoImageProcessor, ReaderOptions, load_image
+
+PYDICOM_FILES = sorted((Path(pydicom.__file__).parent / "data" / "test_files").glob("*"))
+NIBABEL_FILES = sorted(
+    p for p in (Path(nib.__file__).parent / "tests" / "data").glob("*") if p.name.endswith((".nii", ".nii.gz", ".dcm"))
+)
+THIRD_PARTY = [p for p in PYDICOM_FILES + NIBABEL_FILES if p.is_file()]
+FAMILY_FOR = {"CT": "chest_ct", "MR": "brain_mri", "US": "ultrasound"}
+
+
+@pytest.mark.parametrize("path", THIRD_PARTY, ids=lambda p: f"{p.parent.parent.parent.name}/{p.name}")
+def test_third_party_files_load_or_raise_our_error(path):
+    """Every file pydicom and nibabel ship: a finite image of a sane shape, or a MedicalImageError."""
+    try:
+        image = load_image(path)
+    except MedicalImageError as error:
+        assert str(path) in str(error) and error.problem
+        return
+    assert image.array.ndim == 3 and image.array.dtype == np.float32 and np.isfinite(image.array).all()
+    assert all(s > 0 for s in image.geometry.spacing)
+    family = FAMILY_FOR.get(image.modality, "chest_xray" if image.shape[0] == 1 else "brain_mri")
+    processor = MedReCoImageProcessor(
+        recipes={
+            "chest_ct": {"size": [20, 32, 32], "spacing": [4.0, 2.0, 2.0]},
+            "brain_mri": {"size": [10, 32, 32], "spacing": [4.0, 2.0, 2.0]},
+            "chest_xray": {"size": [1, 32, 32]},
+            "ultrasound": {"size": [1, 32, 32]},
+        }
+    )
+    try:
+        tensor = processor.preprocess_one(image, family)
+    except MedicalImageError as error:
+        assert error.problem
+        return
+    recipe = processor.recipe(family)
+    assert tuple(tensor.shape) == (1, *recipe.size)
+    assert tensor.isfinite().all() and tensor.min() >= 0 and tensor.max() <= 1
+
+
+def test_series_geometry_and_order(tmp_path):
+    volume = box_phantom()
+    files = write_series(tmp_path / "series", volume)
+    for file in files[::2]:  # file names must not matter: shuffle by renaming
+        file.rename(file.with_name("z" + file.name))
+    image = load_image(tmp_path / "series")
+    np.testing.assert_array_equal(image.array, np.round(volume))
+    assert image.geometry.spacing == pytest.approx((2.0, 0.8, 0.6))
+    assert image.geometry.axes == ("S", "P", "L") and image.modality == "CT"
+
+
+def test_mirrored_storage_gives_the_same_canonical_volume(tmp_path):
+    volume = box_phantom()
+    volume[:, :, :5] = 1000  # a marker on the patient's right
+    standard = load_image(write_series(tmp_path / "a", volume)[0].parent)
+    mirror_series_left_right(write_series(tmp_path / "b", volume))
+    mirrored = load_image(tmp_path / "b")
+    np.testing.assert_array_equal(mirrored.array, standard.array)
+    np.testing.assert_allclose(mirrored.geometry.affine, standard.geometry.affine, atol=1e-4)
+
+
+def test_dicom_and_nifti_of_the_same_volume_agree(tmp_path):
+    volume = box_phantom()
+    dicom = load_image(write_series(tmp_path / "series", volume)[0].parent)
+    nifti = load_image(write_nifti_volume(tmp_path / "v.nii.gz", np.round(volume)))
+    np.testing.assert_array_equal(dicom.array, nifti.array)
+    np.testing.assert_allclose(dicom.geometry.affine, nifti.geometry.affine, atol=1e-4)
+
+
+def test_flipped_affine_nifti_matches_its_canonical_twin(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(6, 7, 8)).astype(np.float32)
+    affine = np.diag([2.0, 3.0, 4.0, 1.0])
+    nib.save(nib.Nifti1Image(data, affine), tmp_path / "canonical.nii")
+    flip = np.eye(4)
+    flip[0, 0], flip[0, 3] = -1, 5  # i -> 5 - i
+    flipped = np.diag([1.0, -1.0, 1.0, 1.0])
+    flipped[1, 3] = 6  # also j -> 6 - j
+    nib.save(nib.Nifti1Image(data[::-1, ::-1].copy(), affine @ flip @ flipped), tmp_path / "flipped.nii.gz")
+    a, b = load_image(tmp_path / "canonical.nii"), load_image(tmp_path / "flipped.nii.gz")
+    np.testing.assert_array_equal(a.array, b.array)
+    np.testing.assert_allclose(a.geometry.affine, b.geometry.affine)
+    assert a.shape == (8, 7, 6)  # (i, j, k) -> (D, H, W) = (k, j, i)
+
+
+def test_missing_slice(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    files[7].unlink()
+    with pytest.raises(MissingSliceError, match=r"gap of 4\.00 mm"):
+        load_image(tmp_path / "s")
+
+
+def test_duplicate_slice(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    copy = pydicom.dcmread(files[3])
+    copy.SOPInstanceUID = pydicom.uid.generate_uid()
+    copy.save_as(tmp_path / "s" / "copy.dcm")
+    with pytest.raises(DuplicateSliceError):
+        load_image(tmp_path / "s")
+
+
+def test_uneven_spacing_is_refused_unless_allowed(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    for file in files[10:]:
+        dataset = pydicom.dcmread(file)
+        dataset.ImagePositionPatient[2] += 0.5
+        dataset.save_as(file)
+    with pytest.raises(InconsistentGeometryError, match="uneven slice spacing"):
+        load_image(tmp_path / "s")
+    image = load_image(tmp_path / "s", ReaderOptions(allow_uneven_spacing=True))
+    assert any("uneven" in w for w in image.warnings)
+
+
+def test_two_series_in_one_folder(tmp_path):
+    write_series(tmp_path / "s" / "a", box_phantom(), series_number=3)
+    write_series(tmp_path / "s" / "b", box_phantom(inside=100), series_number=5)
+    with pytest.raises(MultipleSeriesError) as caught:
+        load_image(tmp_path / "s")
+    assert sorted(s["series_number"] for s in caught.value.series) == [3, 5]
+    assert "Zebedee" not in str(caught.value)
+    assert load_image(tmp_path / "s", ReaderOptions(series=5)).array.max() == 100
+
+
+def test_truncated_and_random_files(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(files[0].read_bytes()[:-700])
+    with pytest.raises(UnreadableImageError, match=r"truncated\.dcm"):
+        load_image(truncated)
+    random = tmp_path / "random.dcm"
+    random.write_bytes(os.urandom(4096))
+    with pytest.raises(UnreadableImageError, match="not a DICOM file"):
+        load_image(random)
+    with pytest.raises(UnreadableImageError, match="no such file"):
+        load_image(tmp_path / "absent.nii")
+
+
+def test_nan_volumes(tmp_path):
+    nib.save(nib.Nifti1Image(np.full((4, 4, 4), np.nan, dtype=np.float32), np.eye(4)), tmp_path / "nan.nii")
+    with pytest.raises(InvalidPixelDataError, match="every pixel value is NaN"):
+        load_image(tmp_path / "nan.nii")
+    data = np.ones((4, 4, 4), dtype=np.float32)
+    data[0, 0, 0] = np.nan
+    nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "some.nii")
+    with pytest.raises(InvalidPixelDataError, match="1 of 64"):
+        load_image(tmp_path / "some.nii")
+    assert np.isfinite(load_image(tmp_path / "some.nii", ReaderOptions(nan_policy="zero")).array).all()
+
+
+def test_4d_nifti_needs_an_explicit_volume(tmp_path):
+    data = np.stack([np.zeros((3, 4, 5)), np.ones((3, 4, 5))], axis=-1).astype(np.float32)
+    nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "4d.nii.gz")
+    with pytest.raises(UnsupportedImageError, match="4D image with 2 volumes"):
+        load_image(tmp_path / "4d.nii.gz")
+    assert load_image(tmp_path / "4d.nii.gz", ReaderOptions(volume_index=1)).array.min() == 1
+
+
+def test_png_radiograph(tmp_path):
+    from PIL import Image
+
+    pixels = (np.linspace(0, 65535, 60 * 80).reshape(60, 80)).astype(np.uint16)
+    Image.fromarray(pixels).save(tmp_path / "cxr.png")
+    image = load_image(tmp_path / "cxr.png")
+    assert image.shape == (1, 60, 80) and image.display_window == (0.0, 65535.0)
+    assert not image.geometry.spacing_known
+    Image.fromarray((pixels // 257).astype(np.uint8)).convert("RGB").save(tmp_path / "cxr.jpg")
+    assert "colour converted" in load_image(tmp_path / "cxr.jpg").warnings[0]
+
+
+def test_public_api():
+    assert medreco.load_image is load_image
