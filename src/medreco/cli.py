@@ -113,6 +113,22 @@ def _deidentify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _phantom(args: argparse.Namespace) -> int:
+    """Write the synthetic cohort (images, reports, manifest, ground truth)."""
+    from .data.phantom import PhantomConfig, generate_cohort
+
+    config = PhantomConfig(
+        num_patients=args.patients,
+        studies_per_patient=args.studies,
+        modalities=tuple(args.modalities.split(",")),
+        size=args.size,
+        seed=args.seed,
+    )
+    records = generate_cohort(config, args.out, progress=not args.quiet)
+    print(f"{len(records)} studies of {config.num_patients} patients written to {args.out}")
+    return 0
+
+
 def _human(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -156,6 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     deidentify.add_argument("destination", help="output file or folder")
     deidentify.add_argument("--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable")
     deidentify.set_defaults(handler=_deidentify)
+
+    phantom = commands.add_parser("phantom", help="write the synthetic cohort: DICOM/NIfTI/PNG studies and reports")
+    phantom.add_argument("--out", required=True, help="output folder")
+    phantom.add_argument("--patients", type=int, default=20)
+    phantom.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
+    phantom.add_argument("--modalities", default="chest_xray,chest_ct")
+    phantom.add_argument("--size", choices=["tiny", "small", "paper"], default="small")
+    phantom.add_argument("--seed", type=int, default=0)
+    phantom.add_argument("--quiet", action="store_true", help="no progress bar")
+    phantom.set_defaults(handler=_phantom)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Data: the synthetic cohort, and (with the report-mining issue) ontology, decomposition and datasets."""

@@ -1,0 +1,222 @@
+"""What the synthetic patients have: a catalogue of findings and how they evolve between studies.
+
+Each finding type names its vocabulary entity (MedReCo paper, Appendix S2) and anatomy, and has
+attributes (side, lobe, size, number, margins, density) that may change from the prior study to
+the current one. Findings are drawn independently, so several co-occur and whole-image
+similarity is confounded: only entity-specific comparison recovers them."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+CHANGE_LABELS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
+INVERSE_CHANGE = {
+    "new": "resolved",
+    "resolved": "new",
+    "increased": "decreased",
+    "decreased": "increased",
+    "stable": "stable",
+    "qualitatively changed": "qualitatively changed",
+}
+LOBES = {
+    "right": ("right upper lobe", "right middle lobe", "right lower lobe"),
+    "left": ("left upper lobe", "left lower lobe"),
+}
+GRADES = ("mild", "moderate", "severe")  # also small / moderate / large for collections
+COLLECTION_GRADES = ("small", "moderate", "large")
+MARGINS = ("smooth", "lobulated", "spiculated")
+DENSITIES = ("solid", "part-solid", "ground-glass")
+
+
+@dataclass(frozen=True)
+class FindingType:
+    key: str
+    noun: str
+    entity: str
+    anatomy: str
+    modalities: tuple[str, ...]
+    prevalence: float = 0.35
+
+
+FINDING_TYPES: dict[str, FindingType] = {
+    t.key: t
+    for t in (
+        FindingType(
+            "lung_nodule",
+            "nodule",
+            "Solitary pulmonary nodule and mass (peripheral lung cancer, granuloma)",
+            "Pulmonary Parenchyma",
+            ("chest_xray", "chest_ct"),
+        ),
+        FindingType(
+            "consolidation",
+            "consolidation",
+            "Lung consolidation (e.g., high-density shadow due to inflammation)",
+            "Pulmonary Parenchyma",
+            ("chest_xray", "chest_ct"),
+        ),
+        FindingType(
+            "pleural_effusion",
+            "pleural effusion",
+            "Pleural effusion (including loculated effusion)",
+            "Pleura",
+            ("chest_xray", "chest_ct"),
+        ),
+        FindingType(
+            "cardiomegaly",
+            "cardiomegaly",
+            "Cardiac chamber enlargement (atrial or ventricular enlargement)",
+            "Cardiac Chambers",
+            ("chest_xray", "chest_ct"),
+        ),
+        FindingType(
+            "atelectasis", "atelectasis", "Atelectasis", "Pulmonary Parenchyma", ("chest_xray", "chest_ct"), 0.3
+        ),
+        FindingType("emphysema", "emphysema", "Emphysema", "Pulmonary Parenchyma", ("chest_ct",), 0.3),
+        FindingType(
+            "lymphadenopathy",
+            "mediastinal lymphadenopathy",
+            "Lymphadenopathy within the mediastinum",
+            "Mediastinum",
+            ("chest_ct",),
+            0.3,
+        ),
+        FindingType(
+            "fatty_liver",
+            "hepatic steatosis",
+            "Decreased hepatic parenchymal density (e.g., fatty change)",
+            "Liver_Hepatic Parenchyma",
+            ("chest_ct",),
+            0.3,
+        ),
+        FindingType(
+            "pericardial_effusion", "pericardial effusion", "Pericardial effusion", "Pericardium", ("chest_ct",), 0.2
+        ),
+    )
+}
+
+
+def finding_types_for(modality: str) -> list[FindingType]:
+    return [t for t in FINDING_TYPES.values() if modality in t.modalities]
+
+
+@dataclass
+class Finding:
+    """One finding in one study. Unused attributes stay None. `anchor` is where it sits (fixed for
+    the patient, in normalised body coordinates), so follow-up studies show it in the same place."""
+
+    key: str
+    present: bool = False
+    side: str | None = None
+    lobe: str | None = None
+    size_mm: float | None = None
+    grade: str | None = None
+    number: int | None = None
+    margins: str | None = None
+    density: str | None = None
+    anchor: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        result = {k: v for k, v in asdict(self).items() if v is not None and k != "anchor"}
+        result["entity"] = FINDING_TYPES[self.key].entity
+        result["anatomy"] = FINDING_TYPES[self.key].anatomy
+        return result
+
+
+def sample_finding(key: str, rng: np.random.Generator, present: bool) -> Finding:
+    """A finding with random attributes (they are kept even when absent, for a later 'new')."""
+    side = str(rng.choice(["right", "left"]))
+    finding = Finding(key, present=present, anchor=[float(v) for v in rng.uniform(-1, 1, size=3)])
+    if key == "lung_nodule":
+        finding.side, finding.lobe = side, str(rng.choice(LOBES[side]))
+        finding.size_mm = float(rng.integers(6, 25))
+        finding.number = int(rng.choice([1, 1, 1, 2, 3]))
+        finding.margins = str(rng.choice(MARGINS))
+        finding.density = str(rng.choice(DENSITIES))
+    elif key in ("consolidation", "atelectasis"):
+        lobes = LOBES[side] if key == "consolidation" else LOBES[side][-1:]
+        finding.side, finding.lobe = side, str(rng.choice(lobes))
+        finding.grade = str(rng.choice(COLLECTION_GRADES))
+    elif key == "pleural_effusion":
+        finding.side = str(rng.choice(["right", "left", "bilateral"]))
+        finding.grade = str(rng.choice(COLLECTION_GRADES))
+    elif key == "pericardial_effusion":
+        finding.grade = str(rng.choice(COLLECTION_GRADES))
+    elif key == "lymphadenopathy":
+        finding.size_mm = float(rng.integers(12, 30))
+        finding.number = int(rng.choice([1, 2, 3]))
+    else:  # cardiomegaly, emphysema, fatty_liver: a severity grade
+        finding.grade = str(rng.choice(GRADES))
+    return finding
+
+
+SEVERITY_FINDINGS = ("cardiomegaly", "emphysema", "fatty_liver")
+
+
+def grade_scale(finding: Finding) -> tuple[str, ...]:
+    """mild/moderate/severe for diffuse findings, small/moderate/large for collections and extents."""
+    return GRADES if finding.key in SEVERITY_FINDINGS else COLLECTION_GRADES
+
+
+def _scale(finding: Finding, up: bool, rng: np.random.Generator) -> str:
+    """Change the finding's size (or grade, or number); returns the attribute changed."""
+    if finding.size_mm is not None and (finding.number is None or rng.random() < 0.7):
+        factor = rng.uniform(1.4, 1.9)
+        finding.size_mm = float(round(finding.size_mm * factor if up else max(3.0, finding.size_mm / factor)))
+        return "size"
+    if finding.number is not None:
+        finding.number = finding.number + 1 if up else max(1, finding.number - 1)
+        return "number"
+    scale = grade_scale(finding)
+    index = scale.index(finding.grade)
+    finding.grade = scale[min(index + 1, 2) if up else max(index - 1, 0)]
+    return "severity" if scale is GRADES else "size"
+
+
+def can_scale(finding: Finding, up: bool) -> bool:
+    if finding.size_mm is not None or finding.number is not None:
+        return up or (finding.size_mm or 99) > 4 or (finding.number or 1) > 1
+    scale = grade_scale(finding)
+    return finding.grade != (scale[-1] if up else scale[0])
+
+
+def evolve(prior: Finding, rng: np.random.Generator) -> tuple[Finding, dict | None]:
+    """The finding at the next study and its change label (None when absent in both)."""
+    current = copy.deepcopy(prior)
+    if not prior.present:
+        if rng.random() < 0.25:
+            current.present = True
+            return current, {"label": "new", "attribute": "presence"}
+        return current, None
+    roll = rng.random()
+    if roll < 0.15:
+        current.present = False
+        return current, {"label": "resolved", "attribute": "presence"}
+    if roll < 0.4 and can_scale(current, up=True):
+        return current, {"label": "increased", "attribute": _scale(current, True, rng)}
+    if roll < 0.6 and can_scale(current, up=False):
+        return current, {"label": "decreased", "attribute": _scale(current, False, rng)}
+    if roll < 0.7 and current.margins is not None:
+        options = [m for m in MARGINS if m != current.margins]
+        current.margins = str(rng.choice(options))
+        return current, {"label": "qualitatively changed", "attribute": "margins"}
+    if roll < 0.75 and current.density is not None:
+        current.density = str(rng.choice([d for d in DENSITIES if d != current.density]))
+        return current, {"label": "qualitatively changed", "attribute": "density"}
+    return current, {"label": "stable", "attribute": "overall"}
+
+
+__all__ = [
+    "CHANGE_LABELS",
+    "FINDING_TYPES",
+    "INVERSE_CHANGE",
+    "LOBES",
+    "Finding",
+    "FindingType",
+    "evolve",
+    "finding_types_for",
+    "sample_finding",
+]
