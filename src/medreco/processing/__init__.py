@@ -8,6 +8,7 @@ from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
 from .image_processor import MedReCoImageProcessor
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
 from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file
+from .processor import CHAT_TEMPLATE, MedReCoProcessor, register_processor
 from .readers import (
     ReaderOptions,
     list_dicom_series,
@@ -20,12 +21,15 @@ from .readers import (
 
 for _config in (MedReCoConfig, MedReCoVLMConfig):
     AutoImageProcessor.register(_config, image_processor_classes={"pil": MedReCoImageProcessor}, exist_ok=True)
+register_processor()
 
 __all__ = [
     "CANONICAL_AXES",
     "DEFAULT_RECIPES",
     "IDENTIFYING_KEYWORDS",
+    "CHAT_TEMPLATE",
     "MedReCoImageProcessor",
+    "MedReCoProcessor",
     "ModalityRecipe",
     "TensorCache",
     "content_digest",

@@ -63,7 +63,7 @@ DEFAULT_RECIPES: dict[str, ModalityRecipe] = {
 }
 
 
-def normalize_intensity(image: MedicalImage, recipe: ModalityRecipe) -> np.ndarray:
+def normalize_intensity(image: MedicalImage, recipe: ModalityRecipe) -> torch.Tensor:
     """Intensities to [0, 1] by the recipe's rule; a constant image is refused."""
     values = image.array
     if recipe.kind == "ct":
@@ -79,7 +79,9 @@ def normalize_intensity(image: MedicalImage, recipe: ModalityRecipe) -> np.ndarr
         low, high = np.percentile(values, recipe.percentiles)
     if not high > low:
         raise InvalidPixelDataError(image.source, f"no contrast: intensities span [{low}, {high}]")
-    return np.clip((values - low) / (high - low), 0.0, 1.0, dtype=np.float32)
+    # torch runs this elementwise pass on every core (numpy would use one)
+    scaled = (torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)) - float(low)).mul_(1.0 / (high - low))
+    return scaled.clamp_(0.0, 1.0)
 
 
 def projection_spacing(
@@ -122,7 +124,8 @@ def _resample_axis(volume: torch.Tensor, axis: int, n_out: int, ratio: float, pa
     shape = [1] * volume.ndim
     shape[axis] = n_out
     weight = (positions - lower).to(volume.dtype).view(shape)
-    result = torch.lerp(_take(volume, axis, lower), _take(volume, axis, upper), weight)
+    result = _take(volume, axis, lower)
+    torch.lerp(result, _take(volume, axis, upper), weight, out=result)  # in place: one fewer 250 MB buffer
     if not bool(inside.all()):
         result = result.masked_fill_(~inside.view(shape), pad_value)
     return result

@@ -133,6 +133,11 @@ def _decode_pixels(dataset: pydicom.Dataset, path: Path, notes: list[str]) -> np
     if samples > 1 or photometric == "PALETTE COLOR":
         pixels = pixels.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
         notes.append(f"{photometric} colour converted to greyscale luminance")
+    elif "ModalityLUTSequence" not in dataset and ("RescaleSlope" in dataset or "RescaleIntercept" in dataset):
+        # the common linear rescale, in float32 (pydicom's general path works in float64)
+        pixels = pixels.astype(np.float32)
+        pixels *= float(dataset.get("RescaleSlope", 1) or 1)
+        pixels += float(dataset.get("RescaleIntercept", 0) or 0)
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

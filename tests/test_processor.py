@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+import torch
+from transformers import AutoProcessor, AutoTokenizer
+from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+import medreco
+from medreco.data.phantom import PhantomConfig, generate_cohort
+from medreco.factory import bundled_text_encoder_path
+from medreco.processing import MedReCoImageProcessor, MedReCoProcessor
+
+RECIPES = {"chest_xray": {"size": [1, 40, 40]}, "chest_ct": {"size": [4, 40, 40], "spacing": [40.0, 8.0, 8.0]}}
+
+
+@pytest.fixture(scope="module")
+def processor():
+    tokenizer = AutoTokenizer.from_pretrained(bundled_text_encoder_path())
+    return MedReCoProcessor(MedReCoImageProcessor(recipes=RECIPES), tokenizer, patch_size=10)
+
+
+def conversation(answer="Case B.", images=None):
+    images = images if images is not None else [np.random.rand(50, 50), np.random.rand(50, 50)]
+    return [
+        {
+            "role": "user",
+            "content": [
+                *({"type": "image", "image": i} for i in images),
+                {"type": "text", "text": "Which case has the effusion?"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+    ]
+
+
+def test_one_labelled_placeholder_block_per_image(processor):
+    text = processor.apply_chat_template(conversation())
+    assert text.count("<|image_pad|>") == 2 and "Case A: <|vision_start|>" in text and "Case B: " in text
+    prior_current = processor.apply_chat_template(conversation(), image_labels=["Prior", "Current"])
+    assert "Prior: <|vision_start|>" in prior_current and "Current: <|vision_start|>" in prior_current
+    prompt = processor.apply_chat_template(conversation()[:1], add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_tokenized_inputs_mask_prompt_images_and_padding(processor):
+    batch = processor.apply_chat_template(
+        [conversation("Case B."), conversation("Neither case shows an effusion.")], tokenize=True, return_dict=True
+    )
+    assert batch["pixel_values"].shape == (4, 1, 1, 40, 40) and batch["modality_ids"].tolist() == [0, 0, 0, 0]
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert int((ids == processor.image_token_id).sum()) == 4 * 16  # 4 images x (40/10)^2 tokens
+    assert not (labels == processor.image_token_id).any()
+    assert (labels[batch["attention_mask"] == 0] == -100).all()
+    answers = [processor.decode(row[row != -100]) for row in labels]
+    assert answers[0].startswith("case b.") and answers[1].startswith("neither case shows an effusion.")
+
+
+def test_placeholder_and_image_counts_must_agree(processor):
+    text = processor.apply_chat_template(conversation())
+    with pytest.raises(ValueError, match="2 image placeholders for 1 images"):
+        processor(text=text, images=[np.random.rand(50, 50)])
+    with pytest.raises(ValueError, match="no images"):
+        processor(text=text)
+
+
+def test_round_trip_through_auto_processor(processor, tmp_path):
+    processor.save_pretrained(tmp_path)
+    loaded = AutoProcessor.from_pretrained(tmp_path)
+    assert type(loaded) is MedReCoProcessor and loaded.patch_size == 10
+    messages = conversation()
+    a = processor.apply_chat_template(messages, tokenize=True, return_dict=True)
+    b = loaded.apply_chat_template(messages, tokenize=True, return_dict=True)
+    assert torch.equal(a["input_ids"], b["input_ids"]) and torch.allclose(a["pixel_values"], b["pixel_values"])
+
+
+def test_real_studies_with_their_modality(processor, tmp_path):
+    records = generate_cohort(PhantomConfig(num_patients=1, size="tiny", seed=3), tmp_path, progress=False)
+    ct = [tmp_path / r.image for r in records if r.modality == "chest_ct"]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                *({"type": "image", "image": str(p), "modality": "chest_ct"} for p in ct),
+                {"type": "text", "text": "Has the pleural effusion changed?"},
+            ],
+        }
+    ]
+    batch = processor.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=True)
+    assert batch["pixel_values"].shape == (2, 1, 4, 40, 40) and batch["modality_ids"].tolist() == [1, 1]
+
+
+def test_trl_collator_and_the_vlm_work_together(processor):
+    """TRL's vision-language collator turns messages + images into a batch the VLM trains on."""
+    collator = DataCollatorForVisionLanguageModeling(processor, assistant_only_loss=True)
+    examples = [
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Which?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+            ],
+            "images": [np.random.rand(50, 50), np.random.rand(50, 50)],
+        }
+        for answer in ("Case A.", "Case B, the left one.")
+    ]
+    batch = collator(examples)
+    assert batch["pixel_values"].shape[0] == 4
+    kept = [processor.decode(row[row != -100]) for row in batch["labels"]]
+    assert kept[0].startswith("case a.") and kept[1].startswith("case b, the left one.")
+    model = medreco.create_model(
+        "vlm",
+        "tiny",
+        image_token_id=processor.image_token_id,
+        text_config={**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)},
+    )
+    loss = model(
+        **{
+            k: v
+            for k, v in batch.items()
+            if k in ("input_ids", "attention_mask", "labels", "pixel_values", "modality_ids")
+        }
+    ).loss
+    assert torch.isfinite(loss)
