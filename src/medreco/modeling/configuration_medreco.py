@@ -8,7 +8,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig, check_heads_divide
+from .configuration_vision import MedReCoVisionConfig, ModalityTableMixin, check_heads_divide
 
 # The paper's text encoder. BioLORD-2023 is an MPNet sentence encoder; its architecture is the
 # default text sub-config, and its weights are loaded by name when a model is created.
@@ -75,7 +75,7 @@ class MedReCoConfig(PreTrainedConfig):
 
 
 @strict
-class MedReCoRerankerConfig(PreTrainedConfig):
+class MedReCoRerankerConfig(ModalityTableMixin, PreTrainedConfig):
     r"""Settings of [`MedReCoReranker`] (paper, Eq. 7-11).
 
     Each image of a query-candidate pair contributes its entity-aware feature and its `top_k`
@@ -94,15 +94,6 @@ class MedReCoRerankerConfig(PreTrainedConfig):
     attention_dropout: float = 0.0
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02
-
-    def __post_init__(self, **kwargs):
-        if self.modalities is None:
-            self.modalities = list(DEFAULT_MODALITIES)
-        super().__post_init__(**kwargs)
-
-    @property
-    def num_experts(self) -> int:
-        return len(self.modalities)
 
     @property
     def max_sequence_length(self) -> int:

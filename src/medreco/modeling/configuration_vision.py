@@ -18,8 +18,32 @@ def check_heads_divide(hidden_size: int, num_attention_heads: int) -> None:
         )
 
 
+class ModalityTableMixin:
+    """The modality-to-expert id table shared by configs whose blocks have modality experts."""
+
+    def __post_init__(self, **kwargs):
+        if self.modalities is None:
+            self.modalities = list(DEFAULT_MODALITIES)
+        super().__post_init__(**kwargs)
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.modalities)
+
+    def modality_id(self, name: str) -> int:
+        """The expert id of a modality family name; raises `ValueError` listing the known ones."""
+        try:
+            return self.modalities.index(name)
+        except ValueError:
+            raise ValueError(f"unknown modality {name!r}; this model knows {self.modalities}") from None
+
+    def validate_modalities(self):
+        if len(set(self.modalities)) != len(self.modalities) or not self.modalities:
+            raise ValueError(f"modalities must be a non-empty list of unique names, got {self.modalities}")
+
+
 @strict
-class MedReCoVisionConfig(PreTrainedConfig):
+class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
     r"""Settings of [`MedReCoVisionModel`]. Defaults are the paper's sizes.
 
     The encoder has two stages: `num_spatial_layers` self-attention blocks inside each slice,
@@ -53,22 +77,11 @@ class MedReCoVisionConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02
 
-    def __post_init__(self, **kwargs):
-        if self.modalities is None:
-            self.modalities = list(DEFAULT_MODALITIES)
-        super().__post_init__(**kwargs)
-
     def validate_architecture(self):
         """Reject sizes that cannot build a model, with the field named."""
         check_heads_divide(self.hidden_size, self.num_attention_heads)
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
-        if len(set(self.modalities)) != len(self.modalities) or not self.modalities:
-            raise ValueError(f"modalities must be a non-empty list of unique names, got {self.modalities}")
-
-    @property
-    def num_experts(self) -> int:
-        return len(self.modalities)
 
     @property
     def grid_size(self) -> int:
@@ -79,12 +92,5 @@ class MedReCoVisionConfig(PreTrainedConfig):
     def num_depth_positions(self) -> int:
         return max(1, self.max_depth // self.depth_patch_size)
 
-    def modality_id(self, name: str) -> int:
-        """The expert id of a modality family name; raises `ValueError` listing the known ones."""
-        try:
-            return self.modalities.index(name)
-        except ValueError:
-            raise ValueError(f"unknown modality {name!r}; this model knows {self.modalities}") from None
 
-
-__all__ = ["DEFAULT_MODALITIES", "MedReCoVisionConfig"]
+__all__ = ["DEFAULT_MODALITIES", "MedReCoVisionConfig", "ModalityTableMixin", "check_heads_divide"]
