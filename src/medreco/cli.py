@@ -129,6 +129,22 @@ def _phantom(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entities(args: argparse.Namespace) -> int:
+    """The entity vocabulary, optionally for one modality and level."""
+    from .data.ontology import Ontology
+
+    ontology = Ontology.load(args.extra)
+    entities = ontology.entities(args.modality, args.level)
+    if args.json:
+        print(json.dumps([{**vars(e), "synonyms": list(e.synonyms)} for e in entities], indent=2))
+        return 0
+    for entity in entities:
+        where = f"  [in {entity.anatomy}]" if entity.anatomy else ""
+        print(f"{entity.family:<6}{entity.level:<9}{entity.term}{where}")
+    print(f"{len(entities)} entities")
+    return 0
+
+
 def _human(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -182,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     phantom.add_argument("--seed", type=int, default=0)
     phantom.add_argument("--quiet", action="store_true", help="no progress bar")
     phantom.set_defaults(handler=_phantom)
+
+    entities = commands.add_parser("entities", help="list the clinical entity vocabulary")
+    entities.add_argument("--modality", help="a modality (chest_ct) or family (CT)")
+    entities.add_argument("--level", choices=["anatomy", "abnormal", "disease"])
+    entities.add_argument("--extra", help="a JSON file extending the vocabulary")
+    entities.add_argument("--json", action="store_true")
+    entities.set_defaults(handler=_entities)
     return parser
 
 

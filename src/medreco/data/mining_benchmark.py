@@ -1,0 +1,50 @@
+"""Scoring report decomposition against the synthetic cohort's ground truth (used by
+`benchmarks/report_mining.py` and the tests)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from .decomposition import ReportDecomposer
+from .ontology import Entity, Ontology
+from .phantom import FINDING_TYPES, read_ground_truth, read_manifest
+
+
+def phantom_entity(ontology: Ontology, key: str, modality: str) -> Entity:
+    """The vocabulary entity of a synthetic finding type, in the study's family when it lists it."""
+    name = FINDING_TYPES[key].entity
+    try:
+        return ontology.find(name, modality)
+    except KeyError:
+        return ontology.find(name)  # e.g. cardiac enlargement is listed for CXR only
+
+
+def score_decomposition(decomposer: ReportDecomposer, cohort_dir: str | Path) -> dict:
+    """Mention-status accuracy and sentence-level span precision/recall over every (study, finding)."""
+    confusion: Counter = Counter()
+    true_positive_sentences = predicted_sentences = reference_sentences = 0
+    for record in read_manifest(cohort_dir):
+        truth = read_ground_truth(cohort_dir, record.study_id)
+        entities = {key: phantom_entity(decomposer.ontology, key, record.modality) for key in truth["mentions"]}
+        result = decomposer.decompose(record.report, record.modality, list(entities.values()))
+        for key, mention in truth["mentions"].items():
+            statement = result.statements[entities[key].id]
+            confusion[(mention["status"], statement.status.value)] += 1
+            reference = set(mention["sentences"])
+            predicted = set(statement.sentences)
+            true_positive_sentences += len(reference & predicted)
+            predicted_sentences += len(predicted)
+            reference_sentences += len(reference)
+    total = sum(confusion.values())
+    correct = sum(n for (expected, got), n in confusion.items() if expected == got)
+    return {
+        "pairs": total,
+        "status_accuracy": correct / total if total else 0.0,
+        "span_precision": true_positive_sentences / predicted_sentences if predicted_sentences else 0.0,
+        "span_recall": true_positive_sentences / reference_sentences if reference_sentences else 0.0,
+        "confusion": {f"{expected} -> {got}": n for (expected, got), n in sorted(confusion.items())},
+    }
+
+
+__all__ = ["phantom_entity", "score_decomposition"]
