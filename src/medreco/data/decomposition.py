@@ -232,20 +232,24 @@ class RuleBasedDecomposer(ReportDecomposer):
         if not report or not report.strip():
             raise EmptyReportError("the report is empty")
         family = self.ontology.family_of(modality)
-        entities = list(entities) if entities is not None else self.ontology.entities(family)
+        family_entities = self.ontology.entities(family)
+        entities = list(entities) if entities is not None else family_entities
+        # spans are resolved against the whole family (so "effusion" inside "pericardial effusion"
+        # is not read as a pleural effusion), then only the requested entities are reported
+        matching = list({e.id: e for e in [*family_entities, *entities]}.values())
         sections = split_sections(report)
         read = [sections[name] for name in READ_SECTIONS if name in sections] or [sections.get("body", "")]
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
         for sentence in (s for text in read for s in split_sentences(text)):
-            for start, end, entity in self.find_mentions(sentence, entities):
+            for start, end, entity in self.find_mentions(sentence, matching):
                 status = self.mention_status(sentence, start, end)
                 targets = [entity.id]
                 anatomy = self.ontology.anatomy_of(entity) if entity.level == "abnormal" else None
-                if anatomy is not None and anatomy.id in by_id:
+                if anatomy is not None:
                     targets.append(anatomy.id)
-                for target in targets:
+                for target in (t for t in targets if t in by_id):
                     found.setdefault(target, []).append(status)
                     if sentence not in statements[target].sentences:
                         statements[target].sentences.append(sentence)

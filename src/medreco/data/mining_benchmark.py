@@ -47,4 +47,32 @@ def score_decomposition(decomposer: ReportDecomposer, cohort_dir: str | Path) ->
     }
 
 
-__all__ = ["phantom_entity", "score_decomposition"]
+def score_change_labels(decomposer: ReportDecomposer, cohort_dir: str | Path) -> dict:
+    """Interval-change labels read from prior/current reports against the cohort's true changes.
+    Pairs failing the bidirectional check (or unmentioned in a report) are counted as dropped."""
+    from .longitudinal import consistent_change_label
+
+    records = {r.study_id: r for r in read_manifest(cohort_dir)}
+    confusion: Counter = Counter()
+    for record in records.values():
+        if record.prior_study_id is None:
+            continue
+        prior = records[record.prior_study_id]
+        for key, change in read_ground_truth(cohort_dir, record.study_id)["changes_from_prior"].items():
+            entity = phantom_entity(decomposer.ontology, key, record.modality)
+            before = decomposer.decompose(prior.report, prior.modality, [entity]).statements[entity.id]
+            after = decomposer.decompose(record.report, record.modality, [entity]).statements[entity.id]
+            label = consistent_change_label(before, after)
+            confusion[(change["label"], label.label if label else "dropped")] += 1
+    kept = sum(n for (_, got), n in confusion.items() if got != "dropped")
+    correct = sum(n for (expected, got), n in confusion.items() if expected == got)
+    total = sum(confusion.values())
+    return {
+        "pairs": total,
+        "kept": kept,
+        "accuracy_on_kept": correct / kept if kept else 0.0,
+        "confusion": {f"{expected} -> {got}": n for (expected, got), n in sorted(confusion.items())},
+    }
+
+
+__all__ = ["phantom_entity", "score_change_labels", "score_decomposition"]
