@@ -17,6 +17,35 @@ from medreco.data.mining_benchmark import score_change_labels, score_decompositi
 from medreco.data.phantom import PhantomConfig, generate_cohort
 
 
+def vqa_statistics(decomposer, cohort: str, pairs_per_modality: int = 1500) -> dict:
+    """Generate comparative VQA over study pairs of the cohort and run the filters."""
+    import itertools
+    from collections import Counter
+
+    from medreco.data.phantom import read_manifest
+    from medreco.data.vqa import filter_vqa, generate_vqa
+
+    records = read_manifest(cohort)
+    statements = {r.study_id: decomposer.decompose(r.report, r.modality).statements for r in records}
+    samples = []
+    for modality in ("chest_xray", "chest_ct"):
+        entities = decomposer.ontology.entities(modality, "abnormal")
+        studies = [r for r in records if r.modality == modality]
+        for a, b in itertools.islice(itertools.combinations(studies, 2), pairs_per_modality):
+            longitudinal = a.patient_id == b.patient_id
+            samples += generate_vqa(
+                statements[a.study_id],
+                statements[b.study_id],
+                entities,
+                a.study_id,
+                b.study_id,
+                longitudinal=longitudinal,
+            )
+    entity_map = {e.id: e for e in decomposer.ontology.entities()}
+    final, report = filter_vqa(samples, statements, entity_map)
+    return {"report": report, "dimensions": dict(Counter(s.dimension for s in final))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--patients", type=int, default=100)
@@ -27,6 +56,7 @@ def main() -> None:
         decomposer = RuleBasedDecomposer()
         scores = score_decomposition(decomposer, cohort)
         changes = score_change_labels(decomposer, cohort)
+        vqa = vqa_statistics(decomposer, cohort)
     print(f"(study, finding) pairs: {scores['pairs']}")
     print(f"mention-status accuracy: {scores['status_accuracy']:.3f}")
     print(f"entity text, sentence precision: {scores['span_precision']:.3f}, recall: {scores['span_recall']:.3f}")
@@ -36,6 +66,13 @@ def main() -> None:
     print(f"change-label accuracy on kept pairs: {changes['accuracy_on_kept']:.3f}")
     for pair, count in changes["confusion"].items():
         print(f"  {pair:<44} {count}")
+    report = vqa["report"]
+    print(
+        f"comparative VQA: {report.generated} generated, {report.after_image_dependency} after image dependency, "
+        f"{report.after_duplicates} after duplicates, {report.after_language_prior} after the language prior"
+    )
+    print(f"share removed by the language-prior filter: {report.language_prior_removed_share:.3f}")
+    print(f"questions by dimension: {vqa['dimensions']}")
 
 
 if __name__ == "__main__":
