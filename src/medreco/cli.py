@@ -145,6 +145,29 @@ def _entities(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mine(args: argparse.Namespace) -> int:
+    """Supervision datasets (triplets, retrieval, longitudinal labels, VQA) from a study manifest."""
+    from .data.mining import MiningConfig, mine
+
+    config = MiningConfig(
+        workers=args.workers,
+        text_encoder=args.text_encoder,
+        positive_threshold=_thresholds(args.positive_threshold),
+        negative_threshold=_thresholds(args.negative_threshold),
+        seed=args.seed,
+    )
+    summary = mine(args.manifest, args.out, config, progress=not args.quiet)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _thresholds(text: str) -> float | dict[str, float]:
+    """ "0.9" for every metric, or "embedding=0.8,agreement=0.99" per metric."""
+    if "=" not in text:
+        return float(text)
+    return {name.strip(): float(value) for name, value in (item.split("=") for item in text.split(","))}
+
+
 def _human(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -205,6 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     entities.add_argument("--extra", help="a JSON file extending the vocabulary")
     entities.add_argument("--json", action="store_true")
     entities.set_defaults(handler=_entities)
+
+    mine = commands.add_parser("mine", help="mine supervision datasets from a manifest of studies and reports")
+    mine.add_argument(
+        "manifest", help="CSV/JSONL with image, report, patient_id, modality (e.g. a cohort's manifest.jsonl)"
+    )
+    mine.add_argument("--out", required=True, help="output folder (resumes an interrupted run)")
+    mine.add_argument("--workers", type=int, default=1, help="processes for report decomposition")
+    mine.add_argument("--text-encoder", default="bundled:minilm", help="embedding model for report similarity")
+    mine.add_argument("--positive-threshold", default="0.9", help="0.9, or per metric: embedding=0.8,agreement=0.99")
+    mine.add_argument("--negative-threshold", default="0.3", help="0.3, or per metric")
+    mine.add_argument("--seed", type=int, default=0)
+    mine.add_argument("--quiet", action="store_true")
+    mine.set_defaults(handler=_mine)
     return parser
 
 

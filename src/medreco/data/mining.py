@@ -1,0 +1,272 @@
+"""`medreco mine`: from a manifest of studies (images + reports) to supervision datasets.
+
+Steps: read the manifest -> patient-level splits -> decompose every report (in parallel, cached
+on disk so an interrupted run resumes) -> retrieval triplets and benchmark queries -> longitudinal
+change labels -> comparative VQA with its filters -> Hugging Face `datasets` saved to disk.
+
+Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` and optionally
+`study_id` and `study_date` (ISO date) or `study_day` (integer). The synthetic cohort's
+`manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
+
+    studies/       study_id, patient_id, modality, split, image, statements (entity_id -> status, text)
+    triplets/      anchor, positive, negative, entity_id, modality, split
+    retrieval/     query, entity_id, modality, split, gallery, relevant
+    longitudinal/  prior, current, patient_id, entity_id, label, attribute, split
+    vqa/           study_a, study_b, entity_id, dimension, question, options, answer, open_question,
+                   open_answer, labels, split
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import logging
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..errors import MedReCoError
+from .decomposition import MentionStatus, RuleBasedDecomposer
+from .longitudinal import consistent_change_label
+from .similarity import AgreementSimilarity, EmbeddingSimilarity, ReportSimilarity, SimilarityThresholds
+from .splits import assign_splits, check_patients
+from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
+from .vqa import filter_vqa, generate_vqa
+
+logger = logging.getLogger(__name__)
+REQUIRED_COLUMNS = ("image", "report", "patient_id", "modality")
+
+
+class ManifestError(MedReCoError, ValueError):
+    """A manifest that cannot be read, names the file and the problem."""
+
+
+@dataclass
+class MiningConfig:
+    """Settings of a mining run; thresholds default to the paper's (0.9 / 0.3 for every metric)."""
+
+    split_fractions: dict[str, float] = field(default_factory=lambda: {"train": 0.8, "validation": 0.1, "test": 0.1})
+    split_salt: str = "medreco"
+    text_encoder: str = "bundled:minilm"
+    positive_threshold: float | dict[str, float] = 0.9
+    negative_threshold: float | dict[str, float] = 0.3
+    triplets_per_anchor: int = 2
+    vqa_pairs_per_group: int = 2000
+    levels: tuple[str, ...] = ("abnormal", "disease")
+    workers: int = 1
+    seed: int = 0
+
+
+def read_study_manifest(path: str | Path) -> list[dict]:
+    """Rows of a CSV or JSONL manifest, with `study_id` filled in and paths made absolute."""
+    path = Path(path)
+    if not path.exists():
+        raise ManifestError(f"{path}: no such manifest")
+    try:
+        if path.suffix == ".csv":
+            with open(path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+        else:
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:
+        raise ManifestError(f"{path}: not a readable CSV/JSONL manifest ({error.__class__.__name__})") from None
+    for index, row in enumerate(rows):
+        missing = [c for c in REQUIRED_COLUMNS if not row.get(c)]
+        if missing:
+            raise ManifestError(f"{path}: row {index + 1} lacks {', '.join(missing)}")
+        row.setdefault("study_id", f"study-{index:06d}")
+        image = Path(row["image"])
+        row["image"] = str(image if image.is_absolute() else path.parent / image)
+    ids = [r["study_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ManifestError(f"{path}: study_id values repeat")
+    return rows
+
+
+def _decompose_one(args: tuple[str, str, str]) -> tuple[str, dict]:
+    study_id, report, modality = args
+    decomposer = _worker_decomposer()
+    result = decomposer.decompose(report, modality)
+    return study_id, {k: {"status": v.status.value, "sentences": v.sentences} for k, v in result.mentioned().items()}
+
+
+_DECOMPOSER: RuleBasedDecomposer | None = None
+
+
+def _worker_decomposer() -> RuleBasedDecomposer:
+    global _DECOMPOSER  # one decomposer per worker process: building its patterns is not free
+    if _DECOMPOSER is None:
+        _DECOMPOSER = RuleBasedDecomposer()
+    return _DECOMPOSER
+
+
+def decompose_all(
+    rows: list[dict], cache_file: Path, workers: int = 1, progress: bool = True
+) -> tuple[dict[str, dict], int]:
+    """Decompositions of every row, reusing `cache_file` (JSONL, appended as it goes). Returns them
+    and how many were computed in this call."""
+    done: dict[str, dict] = {}
+    if cache_file.exists():
+        for line in cache_file.read_text().splitlines():
+            try:
+                item = json.loads(line)
+                done[item["study_id"]] = item["statements"]
+            except (json.JSONDecodeError, KeyError):
+                logger.warning("ignoring a damaged line in %s (an interrupted write)", cache_file.name)
+    todo = [(r["study_id"], r["report"], r["modality"]) for r in rows if r["study_id"] not in done]
+    if todo:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(cache_file, "a") as handle:
+            if workers > 1:
+                with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                    results = pool.map(_decompose_one, todo, chunksize=16)
+                    for study_id, statements in tqdm(results, total=len(todo), desc="reports", disable=not progress):
+                        done[study_id] = statements
+                        handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+            else:
+                for item in tqdm(todo, desc="reports", disable=not progress):
+                    study_id, statements = _decompose_one(item)
+                    done[study_id] = statements
+                    handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                    handle.flush()  # a kill loses at most the line being written
+    return done, len(todo)
+
+
+def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None = None, progress: bool = True) -> dict:
+    """Run the whole pipeline; returns counts of what was written."""
+    import datasets
+
+    from .decomposition import EntityStatement, ReportDecomposition
+
+    config = config or MiningConfig()
+    out = Path(out_dir)
+    rows = read_study_manifest(manifest)
+    patient_splits = assign_splits((r["patient_id"] for r in rows), config.split_fractions, config.split_salt)
+    studies = {
+        r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
+        for r in rows
+    }
+    check_patients({s: i.patient_id for s, i in studies.items()}, {s: i.split for s, i in studies.items()})
+    raw, computed = decompose_all(rows, out / "cache" / "decompositions.jsonl", config.workers, progress)
+
+    ontology = _worker_decomposer().ontology
+    decompositions = {}
+    for row in rows:
+        statements = {
+            entity_id: EntityStatement(entity_id, MentionStatus(item["status"]), item["sentences"])
+            for entity_id, item in raw[row["study_id"]].items()
+        }
+        decompositions[row["study_id"]] = ReportDecomposition(ontology.family_of(row["modality"]), {}, statements)
+
+    similarity = ReportSimilarity(
+        [EmbeddingSimilarity(config.text_encoder), AgreementSimilarity()],
+        SimilarityThresholds(config.positive_threshold, config.negative_threshold),
+    )
+    entity_ids = sorted(
+        {e.id for m in {r["modality"] for r in rows} for level in config.levels for e in ontology.entities(m, level)}
+    )
+    triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)
+    retrieval = build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split="test")
+
+    by_patient: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        by_patient.setdefault((row["patient_id"], row["modality"]), []).append(row)
+    longitudinal, vqa_samples = [], []
+    for members in by_patient.values():
+        members.sort(key=lambda r: (r.get("study_date") or "", int(r.get("study_day") or 0)))
+        for prior, current in itertools.pairwise(members):
+            for entity_id in entity_ids:
+                a = decompositions[prior["study_id"]].statements.get(entity_id)
+                b = decompositions[current["study_id"]].statements.get(entity_id)
+                if a is None or b is None:
+                    continue
+                label = consistent_change_label(a, b)
+                if label is not None:
+                    longitudinal.append(
+                        {
+                            "prior": prior["study_id"],
+                            "current": current["study_id"],
+                            "patient_id": prior["patient_id"],
+                            "entity_id": entity_id,
+                            "label": label.label,
+                            "attribute": label.attribute,
+                            "split": studies[current["study_id"]].split,
+                        }
+                    )
+    entity_map = {e.id: e for e in ontology.entities()}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for study_id, info in studies.items():
+        groups.setdefault((info.modality, info.split), []).append(study_id)
+    for (modality, _split), members in sorted(groups.items()):
+        entities = [entity_map[e] for e in entity_ids if entity_map[e].family == ontology.family_of(modality)]
+        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group):
+            same_patient = studies[a].patient_id == studies[b].patient_id
+            vqa_samples += generate_vqa(
+                decompositions[a].statements,
+                decompositions[b].statements,
+                entities,
+                a,
+                b,
+                config.seed,
+                longitudinal=same_patient,
+            )
+    statements = {s: d.statements for s, d in decompositions.items()}
+    vqa, report = filter_vqa(vqa_samples, statements, entity_map, config.seed)
+
+    tables = {
+        "studies": [
+            {
+                "study_id": r["study_id"],
+                "patient_id": r["patient_id"],
+                "modality": r["modality"],
+                "split": studies[r["study_id"]].split,
+                "image": r["image"],
+                "statements": json.dumps(raw[r["study_id"]]),
+            }
+            for r in rows
+        ],
+        "triplets": [t.to_dict() for t in triplets],
+        "retrieval": [vars(q) for q in retrieval],
+        "longitudinal": longitudinal,
+        "vqa": [
+            {
+                **{k: v for k, v in s.to_dict().items() if k != "meta"},
+                "labels": list(s.labels),
+                "split": studies[s.study_a].split,
+            }
+            for s in vqa
+        ],
+    }
+    for name, table in tables.items():
+        _save_atomically(datasets.Dataset.from_list(table) if table else None, out / name)
+    summary = {name: len(table) for name, table in tables.items()}
+    summary.update(
+        decomposed_now=computed,
+        vqa_generated=report.generated,
+        vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
+    )
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _save_atomically(dataset, target: Path) -> None:
+    """Write next to the target, then swap, so a crash never leaves a half-written dataset in place."""
+    import shutil
+
+    temporary, previous = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
+    shutil.rmtree(temporary, ignore_errors=True)
+    if dataset is None:
+        temporary.mkdir(parents=True)
+    else:
+        dataset.save_to_disk(str(temporary))
+    if target.exists():
+        target.rename(previous)
+    temporary.rename(target)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+__all__ = ["ManifestError", "MiningConfig", "decompose_all", "mine", "read_study_manifest"]

@@ -1,0 +1,87 @@
+import json
+
+import datasets
+import pytest
+
+from medreco.cli import main
+from medreco.data.mining import ManifestError, MiningConfig, decompose_all, mine, read_study_manifest
+from medreco.data.phantom import PhantomConfig, generate_cohort
+
+THRESHOLDS = dict(
+    positive_threshold={"embedding": 0.8, "agreement": 0.99},
+    negative_threshold={"embedding": 0.75, "agreement": 0.01},
+    split_fractions={"train": 0.5, "validation": 0.0, "test": 0.5},
+)
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mine")
+    generate_cohort(PhantomConfig(num_patients=14, size="tiny", seed=1), out, progress=False)
+    return out
+
+
+def test_mine_writes_datasets_without_leakage_and_resumes(cohort, tmp_path):
+    summary = mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS), progress=False)
+    assert summary["decomposed_now"] == summary["studies"] == 56
+    assert summary["triplets"] > 0 and summary["longitudinal"] > 0 and summary["vqa"] > 0
+    studies = datasets.load_from_disk(str(tmp_path / "studies"))
+    split = dict(zip(studies["study_id"], studies["split"]))
+    patient = dict(zip(studies["study_id"], studies["patient_id"]))
+    assert all(split[s] == split[next(x for x in split if patient[x] == patient[s])] for s in split)
+    for triplet in datasets.load_from_disk(str(tmp_path / "triplets")):
+        assert split[triplet["anchor"]] == split[triplet["positive"]] == split[triplet["negative"]] == triplet["split"]
+    for pair in datasets.load_from_disk(str(tmp_path / "longitudinal")):
+        assert patient[pair["prior"]] == patient[pair["current"]] and pair["label"] != "unable to compare"
+    for question in datasets.load_from_disk(str(tmp_path / "vqa")):
+        assert split[question["study_a"]] == split[question["study_b"]]
+        assert len(question["options"]) == 4 and question["answer"] in "ABCD"
+    for query in datasets.load_from_disk(str(tmp_path / "retrieval")):
+        assert split[query["query"]] == "test" and set(query["relevant"]) <= set(query["gallery"])
+    again = mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS), progress=False)
+    assert again["decomposed_now"] == 0 and {k: v for k, v in again.items() if k != "decomposed_now"} == {
+        k: v for k, v in summary.items() if k != "decomposed_now"
+    }
+
+
+def test_parallel_decomposition_matches_serial(cohort, tmp_path):
+    rows = read_study_manifest(cohort / "manifest.jsonl")[:12]
+    serial, _ = decompose_all(rows, tmp_path / "a.jsonl", workers=1, progress=False)
+    parallel, _ = decompose_all(rows, tmp_path / "b.jsonl", workers=2, progress=False)
+    assert serial == parallel
+
+
+def test_interrupted_cache_line_is_ignored(cohort, tmp_path):
+    rows = read_study_manifest(cohort / "manifest.jsonl")[:4]
+    decompose_all(rows, tmp_path / "c.jsonl", progress=False)
+    text = (tmp_path / "c.jsonl").read_text().splitlines()
+    (tmp_path / "c.jsonl").write_text("\n".join(text[:-1]) + "\n" + text[-1][:20])  # a half-written last line
+    done, computed = decompose_all(rows, tmp_path / "c.jsonl", progress=False)
+    assert computed == 1 and len(done) == 4
+
+
+def test_bad_manifests(tmp_path):
+    (tmp_path / "m.csv").write_text("image,report,patient_id\na.dcm,No effusion.,P1\n")
+    with pytest.raises(ManifestError, match=r"m\.csv: row 1 lacks modality"):
+        read_study_manifest(tmp_path / "m.csv")
+    with pytest.raises(ManifestError, match="no such manifest"):
+        read_study_manifest(tmp_path / "absent.jsonl")
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    assert main(["mine", str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+
+
+def test_mine_command(cohort, tmp_path, capsys):
+    args = [
+        "mine",
+        str(cohort / "manifest.jsonl"),
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--positive-threshold",
+        "embedding=0.8,agreement=0.99",
+        "--negative-threshold",
+        "embedding=0.75,agreement=0.01",
+    ]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["studies"] == 56 and (tmp_path / "summary.json").exists()
