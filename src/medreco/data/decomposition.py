@@ -258,6 +258,17 @@ class RuleBasedDecomposer(ReportDecomposer):
         return ReportDecomposition(family, sections, statements)
 
 
+def sentence_status(sentence: str) -> MentionStatus:
+    """The status a sentence gives whatever it mentions (for text already about one entity, such as
+    an LLM's extraction that paraphrases the entity's name)."""
+    masked = _PSEUDO.sub(lambda m: " " * len(m.group()), sentence)
+    if _UNCERTAIN_PRE.search(masked) or _UNCERTAIN_POST.search(masked):
+        return MentionStatus.UNCERTAIN
+    if _NEGATIVE_PRE.search(masked) or _NEGATIVE_POST.search(masked):
+        return MentionStatus.NEGATIVE
+    return MentionStatus.POSITIVE
+
+
 def aggregate_status(statuses: list[MentionStatus]) -> MentionStatus:
     """A report's verdict on an entity: positive if any mention is, else uncertain, else negative."""
     for status in (MentionStatus.POSITIVE, MentionStatus.UNCERTAIN, MentionStatus.NEGATIVE):
@@ -274,6 +285,7 @@ __all__ = [
     "ReportDecomposition",
     "RuleBasedDecomposer",
     "aggregate_status",
+    "sentence_status",
     "split_sections",
     "split_sentences",
 ]
