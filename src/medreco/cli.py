@@ -161,6 +161,21 @@ def _mine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest(args: argparse.Namespace) -> int:
+    """A mining manifest from a public dataset's own layout."""
+    from .data import adapters
+
+    if args.dataset == "mimic-cxr":
+        rows = adapters.mimic_cxr(args.root, args.metadata)
+    else:
+        if not args.reports:
+            raise ValueError("ct-rate needs --reports (the reports CSV)")
+        rows = adapters.ct_rate(args.root, args.reports)
+    count = adapters.write_manifest(rows, args.out)
+    print(f"{count} studies written to {args.out}")
+    return 0
+
+
 def _thresholds(text: str) -> float | dict[str, float]:
     """ "0.9" for every metric, or "embedding=0.8,agreement=0.99" per metric."""
     if "=" not in text:
@@ -241,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     mine.add_argument("--seed", type=int, default=0)
     mine.add_argument("--quiet", action="store_true")
     mine.set_defaults(handler=_mine)
+
+    manifest = commands.add_parser("manifest", help="write a mining manifest from MIMIC-CXR or CT-RATE")
+    manifest.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
+    manifest.add_argument("root", help="the dataset's root folder")
+    manifest.add_argument("--out", required=True, help="manifest .jsonl to write")
+    manifest.add_argument("--metadata", help="MIMIC-CXR metadata CSV (view positions, study dates)")
+    manifest.add_argument("--reports", help="CT-RATE reports CSV")
+    manifest.set_defaults(handler=_manifest)
     return parser
 
 
