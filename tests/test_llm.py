@@ -138,6 +138,36 @@ def test_image_dependency_prompt(server):
     assert not needs_two_images("Is there an effusion?", backend)
 
 
+def test_comparative_questions_through_the_llm(server):
+    from medreco.data.decomposition import EntityStatement
+    from medreco.data.llm import llm_vqa
+
+    good = {
+        "question": "Which case shows a larger effusion?",
+        "content_type": "Size",
+        "options": {"A": "Case A", "B": "Case B", "C": "Same", "D": "Neither"},
+        "answer": "B",
+        "reason": "B is large.",
+    }
+    bad = {"question": "Broken", "options": {"A": "x", "B": "x"}, "answer": "Z"}
+    FakeLLM.script = [
+        "here you go: " + json.dumps([good, bad]),
+        json.dumps(
+            [{"question": "How does the effusion compare?", "answer": "The image from Case B shows a larger effusion."}]
+        ),
+    ]
+    backend = OpenAIChatBackend(server, "fake-llm")
+    decomposer = LLMDecomposer(backend)
+    effusion = decomposer.ontology.find("pleural effusion", "chest_xray")
+    a = EntityStatement(effusion.id, MentionStatus.POSITIVE, ["Small left effusion."])
+    b = EntityStatement(effusion.id, MentionStatus.POSITIVE, ["Large left effusion."])
+    samples = llm_vqa(backend, effusion, a, b, "s1", "s2")
+    assert len(samples) == 1 and samples[0].answer_text == "Case B" and samples[0].dimension == "size"
+    assert samples[0].open_answer.startswith("The image from Case B")
+    prompt = FakeLLM.seen[0][1]["messages"][0]["content"]
+    assert "Case A, pleural effusion: Small left effusion." in prompt and "[Pleura]" in prompt
+
+
 def test_json_answers_are_validated():
     assert (
         parse_json_answer('```json\n{"abnormality description": null} // none\n```', "abnormality description") is None

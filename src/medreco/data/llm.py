@@ -85,6 +85,22 @@ PROMPT_IMAGE_DEPENDENCY = (  # Prompt S6
     'with "yes"; otherwise, respond with "no".\nRespond with only "yes" or "no" -- no explanation or additional text.\n'
     "Question: {question}\nAnswer:"
 )
+PROMPT_VQA = (  # Prompt S4
+    "As a professional radiologist, you will receive two imaging reports from different cases. Both reports describe a specific abnormality within the anatomical region of [{anatomy}]. To assist your comprehensive understanding of the imaging findings, I will also provide the overall imaging descriptions of this anatomical region from both reports for contextual reference. Your task is to design several multiple-choice questions based on the specific imaging characteristics of the [{abnormality}] finding, focusing on comparing its manifestations between the two images.\n"
+    "Specific requirements are as follows:\n1. Question Focus: Questions should focus specifically on the differential manifestations of the abnormality [{abnormality}] between the two images. Aspects for comparison include, but are not limited to: presence/absence, location, size, morphology, margins, internal characteristics, associated findings, or potential etiology. The overall imaging appearance of the [{anatomy}] may be used as auxiliary reference context where appropriate.\n"
+    "2. Comprehensive Coverage: Questions should cover all identifiable dimensions of difference, ensuring variety and that no key comparative points are omitted.\n"
+    "3. Answer and Rationale: Each question must include the correct answer (e.g., A, B, C, D) accompanied by a concise rationale explaining the basis for the judgment.\n"
+    '4. Perspective of Expression: The wording of questions and rationales should adopt an "image comparison" perspective. References to the cases must be specific; for example, use "the imaging from Case A" and "the imaging from Case B," avoiding generic terms like "one image" or "the other image." Additionally, refrain from using phrases such as "the report indicates," reflecting a scenario where judgment is based solely on the imaging information itself.\n'
+    "5. Relevance and Specificity: All questions must strictly pertain to the actual differences present between the two images. Avoid content related to unchanged features or aspects irrelevant to the comparison.\n"
+    "6. Information Fidelity: Questions, options, answers, and rationales must be strictly based on the provided factual information. Do not fabricate or introduce details not mentioned.\n"
+    'Output Format (JSON): a list of objects, each {{"question": "...", "condition": "[{anatomy}]_and_[{abnormality}]", "content_type": "Presence, Location, Size, ...", "options": {{"A": "...", "B": "...", "C": "...", "D": "..."}}, "answer": "A", "reason": "..."}}\n\n'
+    "Case A, {abnormality}: {text_a}\nCase A, {anatomy}: {context_a}\nCase B, {abnormality}: {text_b}\nCase B, {anatomy}: {context_b}"
+)
+PROMPT_OPEN_ENDED = (  # Prompt S5
+    "You will receive a multiple-choice question about two medical images, which includes the question stem, answer options, and an explanation. Your task is to convert this question into a short-answer format (question-answer pair) while strictly adhering to the image comparison perspective.\n"
+    'Rules:\n- Use an "image comparison" perspective in both the question and the answer.\n- Explicitly reference the case source, e.g., "The image from Case A shows...", "The image from Case B demonstrates...". Avoid vague terms like "one image" or "a certain scan".\n- Avoid phrases such as "the report indicates" to ensure interpretation is based solely on the image information.\n- Do not introduce external information or subjective inferences. Base the response exclusively on the provided image details.\n'
+    'Output Format: [{{"question": "...", "answer": "..."}}]\n\nQuestion: {question}\nOptions: {options}\nAnswer: {answer}\nExplanation: {reason}'
+)
 _NULL_TEXT = {"", "null", "none", "n/a", "not mentioned", "no information"}
 
 
@@ -294,6 +310,90 @@ class LLMDecomposer(ReportDecomposer):
         return ReportDecomposition(family, split_sections(report), statements)
 
 
+def _json_payload(text: str):
+    cleaned = re.sub(r"```(?:json)?", "", text)
+    match = re.search(r"(\[.*\]|\{.*\})", cleaned, re.S)
+    if not match:
+        raise ValueError("no JSON in the reply")
+    return json.loads(match.group())
+
+
+def llm_vqa(
+    chat: ChatBackend | CachedChat,
+    entity: Entity,
+    a: EntityStatement,
+    b: EntityStatement,
+    study_a: str,
+    study_b: str,
+    context_a: str = "",
+    context_b: str = "",
+    format_retries: int = 2,
+) -> list:
+    """Comparative questions from the model (prompt S4), each turned open-ended (prompt S5).
+    Items that fail validation (four options A-D, an answer among them) are dropped; a reply that
+    is not JSON at all is asked for again, then raises `LLMError`."""
+    from .vqa import LETTERS, VQASample
+
+    prompt = PROMPT_VQA.format(
+        anatomy=entity.anatomy or entity.term,
+        abnormality=entity.term,
+        text_a=a.text or "not mentioned",
+        text_b=b.text or "not mentioned",
+        context_a=context_a or "not described",
+        context_b=context_b or "not described",
+    )
+    items = None
+    for _ in range(format_retries + 1):
+        try:
+            items = _json_payload(chat.complete([{"role": "user", "content": prompt}], 1200))
+            break
+        except (ValueError, json.JSONDecodeError):
+            continue
+    if items is None:
+        raise LLMError(f"the model's comparative questions for {entity.id} were not JSON")
+    samples = []
+    for item in items if isinstance(items, list) else [items]:
+        try:
+            options = [str(item["options"][letter]) for letter in LETTERS]
+            answer = str(item["answer"]).strip().upper()[:1]
+            if answer not in LETTERS or len(set(options)) != 4:
+                raise ValueError("answer or options invalid")
+            converted = _json_payload(
+                chat.complete(
+                    [
+                        {
+                            "role": "user",
+                            "content": PROMPT_OPEN_ENDED.format(
+                                question=item["question"],
+                                options=json.dumps(item["options"]),
+                                answer=answer,
+                                reason=item.get("reason", ""),
+                            ),
+                        }
+                    ],
+                    400,
+                )
+            )
+            converted = converted[0] if isinstance(converted, list) else converted
+            samples.append(
+                VQASample(
+                    study_a,
+                    study_b,
+                    entity.id,
+                    str(item.get("content_type", "")).lower() or "other",
+                    str(item["question"]),
+                    options,
+                    answer,
+                    str(converted["question"]),
+                    str(converted["answer"]),
+                    meta={"reason": item.get("reason", ""), "backend": "llm"},
+                )
+            )
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError, IndexError) as error:
+            logger.info("dropping a malformed generated question (%s)", error)
+    return samples
+
+
 def needs_two_images(question: str, chat: ChatBackend | CachedChat) -> bool:
     """Prompt S6: the model's verdict on whether a question needs both images."""
     reply = chat.complete([{"role": "user", "content": PROMPT_IMAGE_DEPENDENCY.format(question=question)}], 4)
@@ -310,7 +410,10 @@ __all__ = [
     "PROMPT_ANATOMY",
     "PROMPT_DISEASE",
     "PROMPT_IMAGE_DEPENDENCY",
+    "PROMPT_OPEN_ENDED",
+    "PROMPT_VQA",
     "TransformersChatBackend",
+    "llm_vqa",
     "needs_two_images",
     "parse_json_answer",
 ]
