@@ -44,6 +44,24 @@ def test_mine_writes_datasets_without_leakage_and_resumes(cohort, tmp_path):
     }
 
 
+def test_external_cohorts_never_reach_training(cohort, tmp_path):
+    rows = [json.loads(line) for line in (cohort / "manifest.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["source"] = "hospital-b" if row["patient_id"] in ("P0001", "P0002", "P0003", "P0004") else "hospital-a"
+        row["image"] = str(cohort / row["image"])
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = MiningConfig(**THRESHOLDS, external_sources=("hospital-b",))
+    mine(tmp_path / "m.jsonl", tmp_path / "out", config, progress=False)
+    studies = datasets.load_from_disk(str(tmp_path / "out" / "studies"))
+    split = dict(zip(studies["study_id"], studies["split"]))
+    assert {s for s, p in zip(studies["study_id"], studies["patient_id"]) if p in ("P0001", "P0004")} <= {
+        s for s, v in split.items() if v == "external"
+    }
+    for triplet in datasets.load_from_disk(str(tmp_path / "out" / "triplets")):
+        if triplet["split"] == "train":
+            assert all(split[triplet[k]] == "train" for k in ("anchor", "positive", "negative"))
+
+
 def test_parallel_decomposition_matches_serial(cohort, tmp_path):
     rows = read_study_manifest(cohort / "manifest.jsonl")[:12]
     serial, _ = decompose_all(rows, tmp_path / "a.jsonl", workers=1, progress=False)

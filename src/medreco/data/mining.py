@@ -5,7 +5,8 @@ on disk so an interrupted run resumes) -> retrieval triplets and benchmark queri
 change labels -> comparative VQA with its filters -> Hugging Face `datasets` saved to disk.
 
 Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` and optionally
-`study_id` and `study_date` (ISO date) or `study_day` (integer). The synthetic cohort's
+`study_id`, `study_date` (ISO date) or `study_day` (integer), and `source` (rows whose source is
+listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
 `manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
 
     studies/       study_id, patient_id, modality, split, image, statements (entity_id -> status, text)
@@ -57,6 +58,7 @@ class MiningConfig:
     triplets_per_anchor: int = 2
     vqa_pairs_per_group: int = 2000
     levels: tuple[str, ...] = ("abnormal", "disease")
+    external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
     workers: int = 1
     seed: int = 0
 
@@ -145,7 +147,11 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     config = config or MiningConfig()
     out = Path(out_dir)
     rows = read_study_manifest(manifest)
-    patient_splits = assign_splits((r["patient_id"] for r in rows), config.split_fractions, config.split_salt)
+    external = {r["patient_id"] for r in rows if r.get("source") in config.external_sources}
+    internal = [r for r in rows if r["patient_id"] not in external]
+    patient_splits = assign_splits((r["patient_id"] for r in internal), config.split_fractions, config.split_salt)
+    # Table S2: external cohorts form their own split, never used for training or model selection
+    patient_splits.update({patient: "external" for patient in external})
     studies = {
         r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
         for r in rows
@@ -170,7 +176,11 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         {e.id for m in {r["modality"] for r in rows} for level in config.levels for e in ontology.entities(m, level)}
     )
     triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)
-    retrieval = build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split="test")
+    retrieval = [
+        query
+        for split in ("test", "external")
+        for query in build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split=split)
+    ]
 
     by_patient: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
