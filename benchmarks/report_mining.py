@@ -23,24 +23,20 @@ def vqa_statistics(decomposer, cohort: str, pairs_per_modality: int = 1500) -> d
     from collections import Counter
 
     from medreco.data.phantom import read_manifest
-    from medreco.data.vqa import filter_vqa, generate_vqa
+    from medreco.data.vqa import filter_vqa, vqa_over_pairs
 
     records = read_manifest(cohort)
     statements = {r.study_id: decomposer.decompose(r.report, r.modality).statements for r in records}
-    samples = []
-    for modality in ("chest_xray", "chest_ct"):
-        entities = decomposer.ontology.entities(modality, "abnormal")
-        studies = [r for r in records if r.modality == modality]
-        for a, b in itertools.islice(itertools.combinations(studies, 2), pairs_per_modality):
-            longitudinal = a.patient_id == b.patient_id
-            samples += generate_vqa(
-                statements[a.study_id],
-                statements[b.study_id],
-                entities,
-                a.study_id,
-                b.study_id,
-                longitudinal=longitudinal,
-            )
+    modality = {r.study_id: r.modality for r in records}
+    patient = {r.study_id: r.patient_id for r in records}
+    pairs = (
+        (a.study_id, b.study_id, patient[a.study_id] == patient[b.study_id])
+        for m in ("chest_xray", "chest_ct")
+        for a, b in itertools.islice(
+            itertools.combinations([r for r in records if r.modality == m], 2), pairs_per_modality
+        )
+    )
+    samples = vqa_over_pairs(pairs, statements, lambda study: decomposer.ontology.entities(modality[study], "abnormal"))
     entity_map = {e.id: e for e in decomposer.ontology.entities()}
     final, report = filter_vqa(samples, statements, entity_map)
     return {"report": report, "dimensions": dict(Counter(s.dimension for s in final))}

@@ -12,9 +12,9 @@ from medreco.data.vqa import (
     deduplicate,
     depends_on_both_images,
     filter_vqa,
-    generate_vqa,
     shuffle_and_swap,
     template_answer,
+    vqa_over_pairs,
 )
 
 P, N = MentionStatus.POSITIVE, MentionStatus.NEGATIVE
@@ -26,19 +26,13 @@ def mined(tmp_path_factory):
     records = generate_cohort(PhantomConfig(num_patients=18, size="tiny", seed=4), out, progress=False)
     decomposer = RuleBasedDecomposer()
     statements = {r.study_id: decomposer.decompose(r.report, r.modality).statements for r in records}
-    samples = []
-    for modality in ("chest_xray", "chest_ct"):
-        entities = decomposer.ontology.entities(modality, "abnormal")
-        studies = [r for r in records if r.modality == modality]
-        for a, b in itertools.combinations(studies, 2):
-            samples += generate_vqa(
-                statements[a.study_id],
-                statements[b.study_id],
-                entities,
-                a.study_id,
-                b.study_id,
-                longitudinal=a.patient_id == b.patient_id,
-            )
+    modality = {r.study_id: r.modality for r in records}
+    pairs = [
+        (a.study_id, b.study_id, a.patient_id == b.patient_id)
+        for m in ("chest_xray", "chest_ct")
+        for a, b in itertools.combinations([r for r in records if r.modality == m], 2)
+    ]
+    samples = vqa_over_pairs(pairs, statements, lambda study: decomposer.ontology.entities(modality[study], "abnormal"))
     return out, records, decomposer, statements, samples
 
 

@@ -36,7 +36,7 @@ from .longitudinal import consistent_change_label
 from .similarity import AgreementSimilarity, EmbeddingSimilarity, ReportSimilarity, SimilarityThresholds
 from .splits import assign_splits, check_patients
 from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
-from .vqa import filter_vqa, generate_vqa
+from .vqa import filter_vqa, vqa_over_pairs
 
 logger = logging.getLogger(__name__)
 REQUIRED_COLUMNS = ("image", "report", "patient_id", "modality")
@@ -185,7 +185,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     by_patient: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         by_patient.setdefault((row["patient_id"], row["modality"]), []).append(row)
-    longitudinal, vqa_samples = [], []
+    longitudinal = []
     for members in by_patient.values():
         members.sort(key=lambda r: (r.get("study_date") or "", int(r.get("study_day") or 0)))
         for prior, current in itertools.pairwise(members):
@@ -211,19 +211,20 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     groups: dict[tuple[str, str], list[str]] = {}
     for study_id, info in studies.items():
         groups.setdefault((info.modality, info.split), []).append(study_id)
-    for (modality, _split), members in sorted(groups.items()):
-        entities = [entity_map[e] for e in entity_ids if entity_map[e].family == ontology.family_of(modality)]
-        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group):
-            same_patient = studies[a].patient_id == studies[b].patient_id
-            vqa_samples += generate_vqa(
-                decompositions[a].statements,
-                decompositions[b].statements,
-                entities,
-                a,
-                b,
-                config.seed,
-                longitudinal=same_patient,
-            )
+    family_entities = {
+        family: [entity_map[e] for e in entity_ids if entity_map[e].family == family] for family in ontology.families
+    }
+    pairs = (
+        (a, b, studies[a].patient_id == studies[b].patient_id)
+        for _, members in sorted(groups.items())
+        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group)
+    )
+    vqa_samples = vqa_over_pairs(
+        pairs,
+        {s: d.statements for s, d in decompositions.items()},
+        lambda study: family_entities[ontology.family_of(studies[study].modality)],
+        config.seed,
+    )
     statements = {s: d.statements for s, d in decompositions.items()}
     vqa, report = filter_vqa(vqa_samples, statements, entity_map, config.seed)
 

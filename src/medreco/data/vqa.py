@@ -231,6 +231,25 @@ def generate_vqa(
     return samples
 
 
+def vqa_over_pairs(
+    pairs, statements: dict[str, dict[str, EntityStatement]], entities_for, seed: int = 0
+) -> list[VQASample]:
+    """Questions for many study pairs: `pairs` yields (study_a, study_b, same_patient) and
+    `entities_for(study_id)` gives the entities to ask about for a study's modality."""
+    samples = []
+    for study_a, study_b, same_patient in pairs:
+        samples += generate_vqa(
+            statements[study_a],
+            statements[study_b],
+            entities_for(study_a),
+            study_a,
+            study_b,
+            seed,
+            longitudinal=same_patient,
+        )
+    return samples
+
+
 # ----------------------------------------------------------------------------------- filters
 
 
@@ -403,4 +422,5 @@ __all__ = [
     "language_prior_filter",
     "shuffle_and_swap",
     "template_answer",
+    "vqa_over_pairs",
 ]

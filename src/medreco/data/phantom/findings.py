@@ -12,15 +12,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-CHANGE_LABELS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
-INVERSE_CHANGE = {
-    "new": "resolved",
-    "resolved": "new",
-    "increased": "decreased",
-    "decreased": "increased",
-    "stable": "stable",
-    "qualitatively changed": "qualitatively changed",
-}
+from ..longitudinal import CHANGE_LABELS as _ALL_CHANGE_LABELS
+from ..longitudinal import INVERSE as INVERSE_CHANGE
+
+CHANGE_LABELS = _ALL_CHANGE_LABELS[:-1]  # the cohort's changes are all comparable by construction
 LOBES = {
     "right": ("right upper lobe", "right middle lobe", "right lower lobe"),
     "left": ("left upper lobe", "left lower lobe"),
