@@ -88,6 +88,7 @@ def test_batches_pairs_and_shape_errors(tmp_path):
     batch = processor([(tmp_path / "prior", tmp_path / "current")], "chest_ct")
     assert batch["pixel_values"].shape == (2, 1, 40, 64, 64)
     assert batch["modality_ids"].tolist() == [1, 1] and batch["images_per_sample"].tolist() == [2]
+    assert batch["depth"].tolist() == [40, 40]
     assert batch["pixel_values"][1].max() > batch["pixel_values"][0].max()
     with pytest.raises(ValueError, match="batch 2D and 3D separately"):
         processor([tmp_path / "prior", np.random.rand(20, 20)], ["chest_ct", "chest_xray"], spacing=None)

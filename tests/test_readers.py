@@ -13,6 +13,7 @@ from medreco.errors import (
     InconsistentGeometryError,
     InvalidPixelDataError,
     MedicalImageError,
+    MissingCodecError,
     MissingSliceError,
     MultipleSeriesError,
     UnreadableImageError,
@@ -22,13 +23,15 @@ from medreco.processing import MedReCoImageProcessor, ReaderOptions, load_image
 
 PYDICOM_FILES = sorted((Path(pydicom.__file__).parent / "data" / "test_files").glob("*"))
 NIBABEL_FILES = sorted(
-    p for p in (Path(nib.__file__).parent / "tests" / "data").glob("*") if p.name.endswith((".nii", ".nii.gz", ".dcm"))
+    p for p in Path(nib.__file__).parent.rglob("*") if p.name.endswith((".nii", ".nii.gz", ".dcm", ".dcm.gz"))
 )
 THIRD_PARTY = [p for p in PYDICOM_FILES + NIBABEL_FILES if p.is_file()]
 FAMILY_FOR = {"CT": "chest_ct", "MR": "brain_mri", "US": "ultrasound"}
 
 
-@pytest.mark.parametrize("path", THIRD_PARTY, ids=lambda p: f"{p.parent.parent.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path", THIRD_PARTY, ids=lambda p: f"{p.parent.parent.parent.name}/{p.parent.parent.name}/{p.name}"
+)
 def test_third_party_files_load_or_raise_our_error(path):
     """Every file pydicom and nibabel ship: a finite image of a sane shape, or a MedicalImageError."""
     try:
@@ -184,6 +187,42 @@ def test_png_radiograph(tmp_path):
     assert not image.geometry.spacing_known
     Image.fromarray((pixels // 257).astype(np.uint8)).convert("RGB").save(tmp_path / "cxr.jpg")
     assert "colour converted" in load_image(tmp_path / "cxr.jpg").warnings[0]
+
+
+def test_monochrome1_is_inverted_to_match_monochrome2(tmp_path):
+    from medreco.processing.writers import DicomIdentity, write_radiograph
+
+    image = np.linspace(0, 1, 30 * 40).reshape(30, 40)
+    write_radiograph(image, (0.2, 0.2), tmp_path / "m1.dcm", DicomIdentity(), monochrome1=True)
+    write_radiograph(image, (0.2, 0.2), tmp_path / "m2.dcm", DicomIdentity(), monochrome1=False)
+    inverted, plain = load_image(tmp_path / "m1.dcm"), load_image(tmp_path / "m2.dcm")
+    np.testing.assert_allclose(inverted.array, plain.array)
+    assert "MONOCHROME1 inverted" in inverted.warnings[0] and plain.array[0, -1, -1] > plain.array[0, 0, 0]
+
+
+def test_missing_codec_names_the_plugin_to_install():
+    path = Path(pydicom.__file__).parent / "data" / "test_files" / "MR_small_jpeg_ls_lossless.dcm"
+    try:
+        load_image(path)
+    except MissingCodecError as error:
+        assert "JPEG-LS" in error.problem and ("pylibjpeg" in error.problem or "gdcm" in error.problem)
+    else:  # a JPEG-LS decoder is installed here: then the file must load
+        assert load_image(path).shape == (1, 64, 64)
+
+
+def test_gzipped_dicom_and_siemens_mosaics(tmp_path):
+    import gzip
+
+    source = Path(pydicom.__file__).parent / "data" / "test_files" / "CT_small.dcm"
+    (tmp_path / "ct.dcm.gz").write_bytes(gzip.compress(source.read_bytes()))
+    np.testing.assert_array_equal(load_image(tmp_path / "ct.dcm.gz").array, load_image(source).array)
+    mosaics = [p for p in NIBABEL_FILES if p.name.startswith("siemens_dwi")]
+    for path in mosaics:
+        with pytest.raises(UnsupportedImageError, match="mosaic"):
+            load_image(path)
+    (tmp_path / "broken.dcm.gz").write_bytes(gzip.compress(source.read_bytes())[:100])
+    with pytest.raises(UnreadableImageError, match="gzip"):
+        load_image(tmp_path / "broken.dcm.gz")
 
 
 def test_public_api():

@@ -157,7 +157,8 @@ class MedReCoImageProcessor(BaseImageProcessor):
     ) -> BatchFeature:
         """Preprocess one image, a list, or a list of tuples (prior/current or query/candidate pairs,
         flattened in order). `modalities` is one name for all, or one per image (or per tuple).
-        Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)` and `images_per_sample`."""
+        Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)`, `depth` `(N,)` (1 for 2D
+        images) and `images_per_sample`."""
         if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage)):
             images = [images]
         samples = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in images]
@@ -179,6 +180,7 @@ class MedReCoImageProcessor(BaseImageProcessor):
             "pixel_values": torch.stack(tensors),
             "modality_ids": torch.tensor(ids, dtype=torch.long),
             "images_per_sample": torch.tensor([len(s) for s in samples], dtype=torch.long),
+            "depth": torch.tensor([t.shape[1] for t in tensors], dtype=torch.long),  # 1 for 2D images
         }
         return BatchFeature(data=data, tensor_type=return_tensors)
 

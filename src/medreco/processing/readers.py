@@ -5,6 +5,8 @@ image. No identifying DICOM value is copied into the result or into an error mes
 
 from __future__ import annotations
 
+import gzip
+import io
 import logging
 import warnings
 from collections import defaultdict
@@ -79,18 +81,38 @@ def load_image(path: str | Path, options: ReaderOptions | None = None) -> Medica
 # ----------------------------------------------------------------------------------------- DICOM
 
 
+def _dicom_source(path: Path):
+    """The path, or for a gzip-compressed file (`.dcm.gz`) its decompressed bytes."""
+    with open(path, "rb") as handle:
+        compressed = handle.read(2) == b"\x1f\x8b"
+    if not compressed:
+        return path
+    try:
+        with gzip.open(path, "rb") as handle:
+            return io.BytesIO(handle.read())
+    except (OSError, EOFError) as error:
+        raise UnreadableImageError(path, f"truncated or corrupt gzip file ({type(error).__name__})") from None
+
+
 def read_dicom_dataset(path: Path, stop_before_pixels: bool = False) -> pydicom.Dataset:
-    """Parse a DICOM file; files without the 128-byte preamble are accepted when they hold image attributes."""
+    """Parse a DICOM file (optionally gzip-compressed); files without the 128-byte preamble are
+    accepted when they hold image attributes."""
+    source = _dicom_source(path)
+    if isinstance(source, io.BytesIO):
+        path_or_buffer = source
+    else:
+        path_or_buffer = path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return pydicom.dcmread(path, stop_before_pixels=stop_before_pixels)
+            return pydicom.dcmread(path_or_buffer, stop_before_pixels=stop_before_pixels)
         except InvalidDicomError:
-            pass
+            if isinstance(path_or_buffer, io.BytesIO):
+                path_or_buffer.seek(0)
         except Exception as error:  # pydicom raises many types on truncated or corrupt files
             raise UnreadableImageError(path, f"truncated or corrupt DICOM file ({type(error).__name__})") from None
         try:
-            dataset = pydicom.dcmread(path, stop_before_pixels=stop_before_pixels, force=True)
+            dataset = pydicom.dcmread(path_or_buffer, stop_before_pixels=stop_before_pixels, force=True)
         except Exception:
             dataset = None
     if dataset is not None and "SOPClassUID" in dataset:
@@ -109,6 +131,10 @@ def _decode_pixels(dataset: pydicom.Dataset, path: Path, notes: list[str]) -> np
     if not any(keyword in dataset for keyword in PIXEL_DATA_KEYWORDS):
         kind = dataset.get("Modality") or "non-image"
         raise UnsupportedImageError(path, f"no pixel data (a {kind} object, not an image)")
+    if "MOSAIC" in [str(v).upper() for v in (dataset.get("ImageType") or [])]:
+        raise UnsupportedImageError(
+            path, "a Siemens mosaic (slices tiled in one image); convert it with dcm2niix first"
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
