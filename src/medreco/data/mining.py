@@ -31,7 +31,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..errors import MedReCoError
-from .decomposition import MentionStatus, RuleBasedDecomposer
+from .decomposition import EntityStatement, MentionStatus, ReportDecomposition, RuleBasedDecomposer
 from .longitudinal import consistent_change_label
 from .similarity import AgreementSimilarity, EmbeddingSimilarity, ReportSimilarity, SimilarityThresholds
 from .splits import assign_splits, check_patients
@@ -142,38 +142,20 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     """Run the whole pipeline; returns counts of what was written."""
     import datasets
 
-    from .decomposition import EntityStatement, ReportDecomposition
-
     config = config or MiningConfig()
     out = Path(out_dir)
     rows = read_study_manifest(manifest)
-    external = {r["patient_id"] for r in rows if r.get("source") in config.external_sources}
-    internal = [r for r in rows if r["patient_id"] not in external]
-    patient_splits = assign_splits((r["patient_id"] for r in internal), config.split_fractions, config.split_salt)
-    # Table S2: external cohorts form their own split, never used for training or model selection
-    patient_splits.update({patient: "external" for patient in external})
-    studies = {
-        r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
-        for r in rows
-    }
-    check_patients({s: i.patient_id for s, i in studies.items()}, {s: i.split for s, i in studies.items()})
+    studies = split_studies(rows, config)
     raw, computed = decompose_all(rows, out / "cache" / "decompositions.jsonl", config.workers, progress)
-
     ontology = _worker_decomposer().ontology
-    decompositions = {}
-    for row in rows:
-        statements = {
-            entity_id: EntityStatement(entity_id, MentionStatus(item["status"]), item["sentences"])
-            for entity_id, item in raw[row["study_id"]].items()
-        }
-        decompositions[row["study_id"]] = ReportDecomposition(ontology.family_of(row["modality"]), {}, statements)
+    decompositions = _as_decompositions(rows, raw, ontology)
+    entity_ids = sorted(
+        {e.id for m in {r["modality"] for r in rows} for level in config.levels for e in ontology.entities(m, level)}
+    )
 
     similarity = ReportSimilarity(
         [EmbeddingSimilarity(config.text_encoder), AgreementSimilarity()],
         SimilarityThresholds(config.positive_threshold, config.negative_threshold),
-    )
-    entity_ids = sorted(
-        {e.id for m in {r["modality"] for r in rows} for level in config.levels for e in ontology.entities(m, level)}
     )
     triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)
     retrieval = [
@@ -181,61 +163,14 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         for split in ("test", "external")
         for query in build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split=split)
     ]
-
-    by_patient: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        by_patient.setdefault((row["patient_id"], row["modality"]), []).append(row)
-    longitudinal = []
-    for members in by_patient.values():
-        members.sort(key=lambda r: (r.get("study_date") or "", int(r.get("study_day") or 0)))
-        for prior, current in itertools.pairwise(members):
-            for entity_id in entity_ids:
-                a = decompositions[prior["study_id"]].statements.get(entity_id)
-                b = decompositions[current["study_id"]].statements.get(entity_id)
-                if a is None or b is None:
-                    continue
-                label = consistent_change_label(a, b)
-                if label is not None:
-                    longitudinal.append(
-                        {
-                            "prior": prior["study_id"],
-                            "current": current["study_id"],
-                            "patient_id": prior["patient_id"],
-                            "entity_id": entity_id,
-                            "label": label.label,
-                            "attribute": label.attribute,
-                            "split": studies[current["study_id"]].split,
-                        }
-                    )
-    entity_map = {e.id: e for e in ontology.entities()}
-    groups: dict[tuple[str, str], list[str]] = {}
-    for study_id, info in studies.items():
-        groups.setdefault((info.modality, info.split), []).append(study_id)
-    family_entities = {
-        family: [entity_map[e] for e in entity_ids if entity_map[e].family == family] for family in ontology.families
-    }
-    pairs = (
-        (a, b, studies[a].patient_id == studies[b].patient_id)
-        for _, members in sorted(groups.items())
-        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group)
-    )
-    vqa_samples = vqa_over_pairs(
-        pairs,
-        {s: d.statements for s, d in decompositions.items()},
-        lambda study: family_entities[ontology.family_of(studies[study].modality)],
-        config.seed,
-    )
-    statements = {s: d.statements for s, d in decompositions.items()}
-    vqa, report = filter_vqa(vqa_samples, statements, entity_map, config.seed)
+    longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids)
+    vqa, report = comparative_vqa(decompositions, studies, entity_ids, ontology, config)
 
     tables = {
         "studies": [
             {
-                "study_id": r["study_id"],
-                "patient_id": r["patient_id"],
-                "modality": r["modality"],
+                **{k: r[k] for k in ("study_id", "patient_id", "modality", "image")},
                 "split": studies[r["study_id"]].split,
-                "image": r["image"],
                 "statements": json.dumps(raw[r["study_id"]]),
             }
             for r in rows
@@ -264,6 +199,88 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     return summary
 
 
+def split_studies(rows: list[dict], config: MiningConfig) -> dict[str, StudyInfo]:
+    """Patient-level splits before any pairing; external cohorts form their own split (Table S2)."""
+    external = {r["patient_id"] for r in rows if r.get("source") in config.external_sources}
+    internal = [r["patient_id"] for r in rows if r["patient_id"] not in external]
+    patient_splits = assign_splits(internal, config.split_fractions, config.split_salt)
+    patient_splits.update({patient: "external" for patient in external})
+    studies = {
+        r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
+        for r in rows
+    }
+    check_patients({s: i.patient_id for s, i in studies.items()}, {s: i.split for s, i in studies.items()})
+    return studies
+
+
+def _as_decompositions(rows: list[dict], raw: dict[str, dict], ontology) -> dict[str, ReportDecomposition]:
+    """The cached JSON statements back as decomposition objects."""
+    decompositions = {}
+    for row in rows:
+        statements = {
+            entity_id: EntityStatement(entity_id, MentionStatus(item["status"]), item["sentences"])
+            for entity_id, item in raw[row["study_id"]].items()
+        }
+        decompositions[row["study_id"]] = ReportDecomposition(ontology.family_of(row["modality"]), {}, statements)
+    return decompositions
+
+
+def longitudinal_labels(
+    rows: list[dict],
+    decompositions: dict[str, ReportDecomposition],
+    studies: dict[str, StudyInfo],
+    entity_ids: list[str],
+) -> list[dict]:
+    """Change labels for consecutive studies of each patient and modality (bidirectionally checked)."""
+    timelines: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        timelines.setdefault((row["patient_id"], row["modality"]), []).append(row)
+    labels = []
+    for members in timelines.values():
+        members.sort(key=lambda r: (r.get("study_date") or "", int(r.get("study_day") or 0)))
+        for prior, current in itertools.pairwise(members):
+            for entity_id in entity_ids:
+                a = decompositions[prior["study_id"]].statements.get(entity_id)
+                b = decompositions[current["study_id"]].statements.get(entity_id)
+                label = consistent_change_label(a, b) if a is not None and b is not None else None
+                if label is not None:
+                    labels.append(
+                        {
+                            "prior": prior["study_id"],
+                            "current": current["study_id"],
+                            "patient_id": prior["patient_id"],
+                            "entity_id": entity_id,
+                            "label": label.label,
+                            "attribute": label.attribute,
+                            "split": studies[current["study_id"]].split,
+                        }
+                    )
+    return labels
+
+
+def comparative_vqa(
+    decompositions, studies: dict[str, StudyInfo], entity_ids: list[str], ontology, config: MiningConfig
+):
+    """Questions over pairs of studies of one modality and split, then the filters of Table S4."""
+    entity_map = {e.id: e for e in ontology.entities()}
+    family_entities = {
+        family: [entity_map[e] for e in entity_ids if entity_map[e].family == family] for family in ontology.families
+    }
+    groups: dict[tuple[str, str], list[str]] = {}
+    for study_id, info in studies.items():
+        groups.setdefault((info.modality, info.split), []).append(study_id)
+    pairs = (
+        (a, b, studies[a].patient_id == studies[b].patient_id)
+        for _, members in sorted(groups.items())
+        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group)
+    )
+    statements = {s: d.statements for s, d in decompositions.items()}
+    samples = vqa_over_pairs(
+        pairs, statements, lambda study: family_entities[ontology.family_of(studies[study].modality)], config.seed
+    )
+    return filter_vqa(samples, statements, entity_map, config.seed)
+
+
 def _save_atomically(dataset, target: Path) -> None:
     """Write next to the target, then swap, so a crash never leaves a half-written dataset in place."""
     import shutil
@@ -280,4 +297,13 @@ def _save_atomically(dataset, target: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
-__all__ = ["ManifestError", "MiningConfig", "decompose_all", "mine", "read_study_manifest"]
+__all__ = [
+    "ManifestError",
+    "MiningConfig",
+    "comparative_vqa",
+    "decompose_all",
+    "longitudinal_labels",
+    "mine",
+    "read_study_manifest",
+    "split_studies",
+]
