@@ -109,20 +109,26 @@ def toy_triplets(n: int, generator: torch.Generator):
     return toy_images(anchor), toy_images(positive), toy_images(negative), entity, relevance
 
 
-def triplet_accuracy(model, batch) -> float:
-    anchor, positive, negative, entity, _ = batch
+def ranking_forward(model, batch, return_loss: bool = True):
+    """The ranking forward on a toy batch: candidates are [positives; negatives]."""
+    anchor, positive, negative, entity, relevance = batch
     ids = torch.zeros(len(anchor), dtype=torch.long)
+    return model(
+        anchor,
+        ids,
+        entity_input_ids=entity,
+        candidate_pixel_values=torch.cat([positive, negative]),
+        candidate_modality_ids=torch.cat([ids, ids]),
+        relevance=relevance if return_loss else None,
+        return_loss=return_loss,
+    )
+
+
+def triplet_accuracy(model, batch) -> float:
     with torch.no_grad():
-        out = model(
-            anchor,
-            ids,
-            entity_input_ids=entity,
-            candidate_pixel_values=torch.cat([positive, negative]),
-            candidate_modality_ids=torch.cat([ids, ids]),
-            return_loss=False,
-        )
-    rows = torch.arange(len(anchor))
-    return (out.similarity[rows, rows] > out.similarity[rows, rows + len(anchor)]).float().mean().item()
+        out = ranking_forward(model, batch, return_loss=False)
+    rows = torch.arange(len(batch[0]))
+    return (out.similarity[rows, rows] > out.similarity[rows, rows + len(rows)]).float().mean().item()
 
 
 @pytest.mark.parametrize("ranking_loss", ["triplet", "smooth_ap"])
@@ -135,16 +141,7 @@ def test_learns_entity_conditioned_ranking(ranking_loss):
     losses = []
     model.train()
     for _ in range(120):
-        anchor, positive, negative, entity, relevance = toy_triplets(16, generator)
-        ids = torch.zeros(16, dtype=torch.long)
-        loss = model(
-            anchor,
-            ids,
-            entity_input_ids=entity,
-            candidate_pixel_values=torch.cat([positive, negative]),
-            candidate_modality_ids=torch.cat([ids, ids]),
-            relevance=relevance,
-        ).loss
+        loss = ranking_forward(model, toy_triplets(16, generator)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
