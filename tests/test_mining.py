@@ -37,7 +37,8 @@ def test_mine_writes_datasets_without_leakage_and_resumes(cohort, tmp_path):
         assert split[question["study_a"]] == split[question["study_b"]]
         assert len(question["options"]) == 4 and question["answer"] in "ABCD"
     for query in datasets.load_from_disk(str(tmp_path / "retrieval")):
-        assert split[query["query"]] == "test" and set(query["relevant"]) <= set(query["gallery"])
+        assert split[query["query"]] == query["split"] and set(query["relevant"]) <= set(query["gallery"])
+        assert all(split[s] == query["split"] and patient[s] != patient[query["query"]] for s in query["gallery"])
     again = mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS), progress=False)
     assert again["decomposed_now"] == 0 and {k: v for k, v in again.items() if k != "decomposed_now"} == {
         k: v for k, v in summary.items() if k != "decomposed_now"

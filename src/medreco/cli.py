@@ -257,6 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
     mine.add_argument("--quiet", action="store_true")
     mine.set_defaults(handler=_mine)
 
+    train = commands.add_parser("train", help="train stage 1, the reranker or stage 2 from a YAML recipe")
+    train.add_argument("stage", choices=["stage1", "reranker", "stage2"])
+    train.add_argument("--config", required=True, help="recipe file, or a built-in recipe: tiny, paper")
+    train.add_argument("--mined", help="mined data folder (sets data.mined_dir)")
+    train.add_argument("--out", help="output folder (sets run.output_dir)")
+    train.add_argument("--deepspeed", help="DeepSpeed JSON config (sets run.deepspeed_config)")
+    train.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a recipe value, e.g. ranking.epochs=2"
+    )
+    train.set_defaults(handler=_train)
+
     manifest = commands.add_parser("manifest", help="write a mining manifest from MIMIC-CXR or CT-RATE")
     manifest.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
     manifest.add_argument("root", help="the dataset's root folder")
@@ -265,6 +276,23 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--reports", help="CT-RATE reports CSV")
     manifest.set_defaults(handler=_manifest)
     return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Run one training stage from a recipe (a YAML file or a built-in name)."""
+    from .training import load_recipe, train_stage
+
+    overrides = list(args.set or [])
+    if args.mined:
+        overrides.append(f"data.mined_dir={args.mined}")
+    if args.out:
+        overrides.append(f"run.output_dir={args.out}")
+    if args.deepspeed:
+        overrides.append(f"run.deepspeed_config={args.deepspeed}")
+    config = load_recipe(args.config, args.stage, overrides)
+    summary = train_stage(args.stage, config)
+    print(json.dumps(summary, indent=2))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

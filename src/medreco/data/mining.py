@@ -9,9 +9,11 @@ Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` 
 listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
 `manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
 
-    studies/       study_id, patient_id, modality, split, image, statements (entity_id -> status, text)
+    studies/       study_id, patient_id, modality, image, report, split, statements (entity_id -> status, text)
     triplets/      anchor, positive, negative, entity_id, modality, split
-    retrieval/     query, entity_id, modality, split, gallery, relevant
+    retrieval/     query, entity_id, modality, split, gallery, relevant (every split: train/validation
+                   queries label the reranker's candidates and stage 1's in-batch negatives; test and
+                   external queries are the benchmark)
     longitudinal/  prior, current, patient_id, entity_id, label, attribute, split
     vqa/           study_a, study_b, entity_id, dimension, question, options, answer, open_question,
                    open_answer, labels, split
@@ -160,7 +162,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)
     retrieval = [
         query
-        for split in ("test", "external")
+        for split in ("train", "validation", "test", "external")
         for query in build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split=split)
     ]
     longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids)
@@ -169,7 +171,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     tables = {
         "studies": [
             {
-                **{k: r[k] for k in ("study_id", "patient_id", "modality", "image")},
+                **{k: r[k] for k in ("study_id", "patient_id", "modality", "image", "report")},
                 "split": studies[r["study_id"]].split,
                 "statements": json.dumps(raw[r["study_id"]]),
             }

@@ -69,7 +69,7 @@ class MedReCoTextEncoder(nn.Module):
         hidden = self.backbone(**inputs).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return nn.functional.normalize(self.projection(pooled), dim=-1)
+        return nn.functional.normalize(self.projection(pooled).float(), dim=-1)  # similarities need fp32
 
 
 def build_text_backbone(text_config, pretrained_name_or_path: str | None = None, **kwargs) -> nn.Module:
@@ -173,7 +173,7 @@ class MedReCoConditioner(nn.Module):
         attention = None
         for layer in self.layers:
             queries, attention = layer(queries, visual_tokens, modality_ids)
-        features = nn.functional.normalize(self.output_projection(self.final_norm(queries)), dim=-1)
+        features = nn.functional.normalize(self.output_projection(self.final_norm(queries)).float(), dim=-1)
         if not pairwise:
             features, attention = features[0], attention[0]
         return ConditionerOutput(features=features, attention=attention)
@@ -201,7 +201,8 @@ class MedReCoModel(MedReCoPreTrainedModel):
         self.vision_model = MedReCoVisionModel(config.vision_config)
         self.text_encoder = MedReCoTextEncoder(config.text_config, hidden)
         self.conditioner = MedReCoConditioner(config.conditioner_config, hidden, config.vision_config.num_experts)
-        self.logit_scale = nn.Parameter(torch.tensor(config.logit_scale_init_value))
+        # shape (1,), not a 0-d scalar: DeepSpeed broadcasts parameters as byte views, which 0-d tensors refuse
+        self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
         self.post_init()
         if config.freeze_text_encoder:
             self.set_text_backbone_trainable(False)

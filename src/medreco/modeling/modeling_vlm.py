@@ -170,6 +170,19 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         if missing or unexpected:  # strict=True raises first; kept for clarity of intent
             raise ValueError(f"vision encoder mismatch: missing {missing}, unexpected {unexpected}")
 
+    def load_language_model(self, name_or_path: str, vocab_size: int | None = None, **kwargs) -> None:
+        """Take a pretrained causal LM (e.g. Qwen2.5-7B-Instruct): its backbone and LM head replace
+        ours; `kwargs` go to `from_pretrained` (dtype, quantization_config, ...). `vocab_size`
+        resizes the embeddings for tokens the processor added."""
+        from transformers import AutoModelForCausalLM
+
+        causal = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+        self.model.language_model = causal.model
+        self.lm_head = causal.lm_head
+        self.config.text_config = causal.config
+        if vocab_size is not None and vocab_size != causal.config.vocab_size:
+            self.resize_token_embeddings(vocab_size)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,

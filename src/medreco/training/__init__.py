@@ -1,5 +1,62 @@
-"""Training: checkpoints now; the stage-1, reranker and stage-2 recipes build on them."""
+"""Training: typed YAML recipes, the shared Accelerate loop, and the three stages.
+
+- `stage1`: retrieval model (alignment warm-up, then entity-conditioned ranking);
+- `reranker`: the reranker over the coarse model's own top candidates;
+- `stage2`: the comparative VLM with TRL's SFTTrainer (optionally LoRA / QLoRA)."""
 
 from .checkpoint import CheckpointManager, TrainingState
+from .config import (
+    DataConfig,
+    LoraSettings,
+    ModelSource,
+    OptimizationConfig,
+    RecipeError,
+    RerankerTrainingConfig,
+    RunConfig,
+    Stage1Config,
+    Stage2Config,
+    load_recipe,
+)
+from .data import ImageStore, MinedData, ModalityBatchSampler, TrainingDataError
+from .loop import Phase, PhaseResult, train_phase
 
-__all__ = ["CheckpointManager", "TrainingState"]
+
+def train_stage(stage: str, config) -> dict:
+    """Run one stage from its config; returns the summaries of its phases."""
+    if stage == "stage1":
+        from .stage1 import train_stage1
+
+        return train_stage1(config)
+    if stage == "reranker":
+        from .reranker import train_reranker
+
+        return train_reranker(config)
+    if stage == "stage2":
+        from .stage2 import train_stage2
+
+        return train_stage2(config)
+    raise RecipeError(f"unknown stage {stage!r}")
+
+
+__all__ = [
+    "CheckpointManager",
+    "DataConfig",
+    "ImageStore",
+    "LoraSettings",
+    "MinedData",
+    "ModalityBatchSampler",
+    "ModelSource",
+    "OptimizationConfig",
+    "Phase",
+    "PhaseResult",
+    "RecipeError",
+    "RerankerTrainingConfig",
+    "RunConfig",
+    "Stage1Config",
+    "Stage2Config",
+    "TrainingDataError",
+    "TrainingState",
+    "load_recipe",
+    "train_phase",
+    "train_stage",
+]

@@ -123,10 +123,13 @@ class CheckpointManager:
                 scheduler.load_state_dict(states["scheduler"])
             set_rng_state(states["rng"])
             return TrainingState(**json.loads((path / "state.json").read_text()))
-        except (OSError, KeyError, json.JSONDecodeError, RuntimeError, SafetensorError) as error:
+        except (OSError, KeyError, ValueError, RuntimeError, SafetensorError) as error:
             if isinstance(error, CheckpointError):
                 raise
-            raise CheckpointError(f"{path}: unreadable checkpoint ({error.__class__.__name__}: {error})") from error
+            raise CheckpointError(
+                f"{path}: unreadable checkpoint, or one written by a different recipe "
+                f"({error.__class__.__name__}: {error}); use a new run.output_dir or run.resume=false"
+            ) from error
 
     def _prune(self, current: Path) -> None:
         checkpoints = sorted(p for p in self.directory.glob("step-*") if p.is_dir())

@@ -1,0 +1,257 @@
+"""Typed training recipes, read from YAML.
+
+A recipe file holds one section per stage (`stage1`, `reranker`, `stage2`); each section becomes
+the dataclass of that stage, every hyper-parameter named with the paper's value as its default.
+Unknown keys and values of the wrong type are refused with the key's dotted path, so a typo in a
+recipe fails before any training starts. Recipes shipped with the package (`tiny`, `paper`) are
+found by name: `medreco train stage1 --config tiny`."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import MedReCoError
+
+
+class RecipeError(MedReCoError, ValueError):
+    """A recipe file or value that cannot be used; names the file or key."""
+
+
+@dataclass
+class OptimizationConfig:
+    """One optimisation phase: AdamW, linear warm-up then cosine decay, gradient clipping."""
+
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.05
+    epochs: float = 10.0
+    max_steps: int | None = None  # overrides epochs when set
+    warmup_ratio: float = 0.05
+    max_grad_norm: float = 1.0
+    batch_size_2d: int = 64  # per process; 2D radiographs and ultrasound
+    batch_size_3d: int = 8  # per process; CT and MRI volumes
+    gradient_accumulation_steps: int = 1
+    mixed_precision: Literal["auto", "bf16", "fp16", "no"] = "auto"  # auto: bf16 where the hardware has it
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataConfig:
+    """Where the mined supervision lives (`medreco mine --out`) and how images become tensors."""
+
+    mined_dir: str = ""
+    recipes: dict[str, dict] = field(default_factory=dict)  # per-modality ModalityRecipe overrides
+    tensor_cache_dir: str | None = None
+    modalities: list[str] | None = None  # restrict training to these modalities
+    max_train_samples: int | None = None
+    preload_images: bool = True  # keep preprocessed tensors in memory (small archives)
+
+
+@dataclass
+class RunConfig:
+    """Output, logging, checkpoints and distribution settings of a run."""
+
+    output_dir: str = "runs/medreco"
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 500  # steps between resumable checkpoints (0: only at the end)
+    keep_checkpoints: int = 2
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard", "wandb"])  # wandb only if installed
+    progress: bool = True
+    resume: bool = True
+    deepspeed_config: str | None = None  # DeepSpeed JSON (e.g. accelerate_configs/deepspeed_zero2.json)
+
+
+@dataclass
+class ModelSource:
+    """Which model to start from: a factory preset with overrides, or a saved checkpoint."""
+
+    preset: str = "paper"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None  # a save_pretrained folder; preset/overrides are then ignored
+
+
+@dataclass
+class Stage1Config:
+    """Stage 1: image-report alignment (symmetric InfoNCE), then entity-conditioned ranking."""
+
+    model: ModelSource = field(default_factory=ModelSource)
+    text_encoder: str = "FremyCompany/BioLORD-2023"
+    text_encoder_learning_rate: float | None = None  # the pretrained text backbone's rate (None: the phase's)
+    data: DataConfig = field(default_factory=DataConfig)
+    alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
+    ranking: OptimizationConfig = field(default_factory=OptimizationConfig)
+    ranking_loss: Literal["triplet", "smooth_ap"] = "triplet"
+    triplet_margin: float = 0.2
+    max_report_tokens: int = 256
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage1"))
+
+
+@dataclass
+class RerankerTrainingConfig:
+    """The reranker: BCE over the coarse model's own top candidates, labelled by report relevance."""
+
+    retrieval_model: str = "runs/stage1/final"
+    model: ModelSource = field(default_factory=ModelSource)
+    candidates_per_query: int = 16
+    data: DataConfig = field(default_factory=DataConfig)
+    optimization: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=5.0))
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/reranker"))
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    quantization: Literal["none", "4bit"] = "none"  # 4bit = QLoRA, needs CUDA and bitsandbytes
+
+
+@dataclass
+class Stage2Config:
+    """Stage 2: comparative instruction tuning of the VLM with TRL's SFTTrainer."""
+
+    model: ModelSource = field(default_factory=ModelSource)
+    vision_model: str | None = "runs/stage1/final"  # stage-1 retrieval model whose vision encoder is reused
+    language_model: str | None = "Qwen/Qwen2.5-7B-Instruct"  # pretrained LM (and tokenizer); None: from preset
+    tokenizer: str | None = None  # defaults to language_model
+    data: DataConfig = field(default_factory=DataConfig)
+    optimization: OptimizationConfig = field(
+        default_factory=lambda: OptimizationConfig(learning_rate=2e-5, epochs=3.0, batch_size_2d=8, batch_size_3d=2)
+    )
+    projector_learning_rate: float = 1e-4
+    freeze_vision_tower: bool = True
+    include_open_ended: bool = True
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage2"))
+
+
+STAGES: dict[str, type] = {"stage1": Stage1Config, "reranker": RerankerTrainingConfig, "stage2": Stage2Config}
+BUILTIN_RECIPES = ("tiny", "paper")
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe file: a path, or the name of a recipe shipped with the package."""
+    if str(name_or_path) in BUILTIN_RECIPES:
+        return Path(str(resources.files("medreco.training") / "recipes" / f"{name_or_path}.yaml"))
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: recipe file not found (built-in recipes: {', '.join(BUILTIN_RECIPES)})")
+    return path
+
+
+def load_recipe(name_or_path: str | Path, stage: str, overrides: list[str] | None = None):
+    """The typed config of `stage` from a recipe file, with `key.sub=value` overrides applied."""
+    if stage not in STAGES:
+        raise RecipeError(f"unknown stage {stage!r}; choose from {sorted(STAGES)}")
+    path = recipe_path(name_or_path)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{path}: not valid YAML ({error})") from error
+    if not isinstance(document, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping with sections {sorted(STAGES)}")
+    section = dict(document.get(stage) or {})
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise RecipeError(f"override {item!r} is not key=value")
+        _set_dotted(section, key.strip(), yaml.safe_load(value))
+    try:
+        return build_config(STAGES[stage], section, stage)
+    except RecipeError as error:
+        raise RecipeError(f"{path}: {error}") from None
+
+
+def _set_dotted(mapping: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        mapping = mapping.setdefault(key, {})
+    mapping[leaf] = value
+
+
+def build_config(cls: type, values: dict, where: str = ""):
+    """Build dataclass `cls` from a mapping, checking keys and value types recursively."""
+    if not isinstance(values, dict):
+        raise RecipeError(f"{where}: expected a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise RecipeError(f"{where}: unknown key(s) {unknown}; known: {sorted(names)}")
+    return cls(**{key: _coerce(hints[key], value, f"{where}.{key}") for key, value in values.items()})
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build_config(hint, value, where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(option, value, where)
+            except RecipeError as error:
+                errors.append(str(error))
+        raise RecipeError(errors[0] if errors else f"{where}: {value!r} is not allowed")
+    if origin is Literal:
+        if value is False and "no" in args:  # YAML 1.1 reads a bare `no` as false
+            value = "no"
+        if value not in args:
+            raise RecipeError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise RecipeError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)] if args else list(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if hint is Any:
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if hint in (int, str, bool) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise RecipeError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def to_dict(config) -> dict:
+    """A config as plain data (for logs and `training_config.json`)."""
+    return dataclasses.asdict(config)
+
+
+__all__ = [
+    "BUILTIN_RECIPES",
+    "STAGES",
+    "DataConfig",
+    "LoraSettings",
+    "ModelSource",
+    "OptimizationConfig",
+    "RecipeError",
+    "RerankerTrainingConfig",
+    "RunConfig",
+    "Stage1Config",
+    "Stage2Config",
+    "build_config",
+    "load_recipe",
+    "recipe_path",
+    "to_dict",
+]

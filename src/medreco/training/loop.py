@@ -1,0 +1,375 @@
+"""The training loop shared by stage 1 (alignment and ranking phases) and the reranker.
+
+One phase = a model, a batch sampler, a collate function and a loss function. The loop runs it
+under Accelerate (one CPU process, DDP over gloo or NCCL, or DeepSpeed ZeRO from a JSON config):
+AdamW with linear warm-up and cosine decay, gradient accumulation and clipping, bf16 autocast where
+the hardware has it, resumable checkpoints, TensorBoard (and Weights & Biases when installed)
+logging, a progress bar, and a `history.jsonl` of every logged value."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .checkpoint import CheckpointManager, TrainingState
+from .config import OptimizationConfig, RunConfig
+from .data import ModalityBatchSampler
+
+logger = logging.getLogger(__name__)
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has native bf16 instructions (AVX512-BF16 or AMX), where autocast pays off."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_mixed_precision(setting: str) -> str:
+    """ "auto" becomes "bf16" on GPUs and CPUs with bf16 support, else "no"."""
+    if setting != "auto":
+        if setting == "fp16" and not torch.cuda.is_available():
+            raise ValueError("fp16 mixed precision needs a GPU; use bf16 or no on a CPU")
+        return setting
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16" if cpu_supports_bf16() else "no"
+
+
+def available_trackers(report_to: Sequence[str]) -> list[str]:
+    """The requested trackers whose packages are installed (wandb is optional; tensorboard is a dependency)."""
+    modules = {"tensorboard": "tensorboard", "wandb": "wandb"}
+    trackers = []
+    for name in report_to:
+        if importlib.util.find_spec(modules.get(name, name)) is not None:
+            trackers.append(name)
+        elif name != "wandb":
+            logger.warning("tracker %r requested but its package is not installed; skipped", name)
+    return trackers
+
+
+def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_dir: str | Path):
+    """An Accelerator for this machine: CPU/gloo without CUDA, DeepSpeed when a JSON config is given."""
+    from accelerate import Accelerator, DeepSpeedPlugin
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    AcceleratorState._reset_state()  # each phase sets its own precision/plugins; the process group stays
+
+    on_cpu = not torch.cuda.is_available()
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]  # experts of other modalities idle
+    if on_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun on CPUs: gloo
+        handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=timedelta(minutes=30)))
+    plugin = None
+    if run.deepspeed_config:
+        if not Path(run.deepspeed_config).is_file():
+            raise FileNotFoundError(f"{run.deepspeed_config}: DeepSpeed config not found")
+        plugin = DeepSpeedPlugin(hf_ds_config=str(run.deepspeed_config))
+    return Accelerator(
+        cpu=on_cpu and plugin is None,  # DeepSpeed's own launcher path; it runs on the CPU when there is no GPU
+        mixed_precision=resolve_mixed_precision(optimization.mixed_precision),
+        gradient_accumulation_steps=optimization.gradient_accumulation_steps,
+        log_with=available_trackers(run.report_to) or None,
+        project_dir=str(project_dir),
+        kwargs_handlers=handlers,
+        deepspeed_plugin=plugin,
+        step_scheduler_with_optimizer=False,  # our schedule counts this process's optimiser steps
+    )
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rates: dict[str, float] | None = None):
+    """AdamW groups: no decay on biases and norms; optional learning rate per name substring."""
+    groups: dict[tuple[float | None, bool], list] = {}
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        decay = parameter.ndim >= 2 and "norm" not in name.lower()
+        rate = next((lr for key, lr in (learning_rates or {}).items() if key in name), None)
+        groups.setdefault((rate, decay), []).append(parameter)
+    result = []
+    for (rate, decay), parameters in groups.items():
+        group = {"params": parameters, "weight_decay": weight_decay if decay else 0.0}
+        if rate is not None:
+            group["lr"] = rate
+        result.append(group)
+    return result
+
+
+@dataclass
+class Phase:
+    """What one training phase needs besides the model and settings."""
+
+    name: str
+    items: Sequence[Any]
+    modalities: Sequence[str]  # one per item, for modality-homogeneous batches
+    batch_size_for: Callable[[str], int]
+    collate: Callable[[list[Any]], dict[str, torch.Tensor]]
+    loss: Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def total_steps(optimization: OptimizationConfig, steps_per_epoch: int) -> int:
+    if optimization.max_steps:
+        return int(optimization.max_steps)
+    return max(1, math.ceil(optimization.epochs * steps_per_epoch / optimization.gradient_accumulation_steps))
+
+
+def train_phase(
+    model: torch.nn.Module,
+    phase: Phase,
+    optimization: OptimizationConfig,
+    run: RunConfig,
+    output_dir: str | Path,
+    learning_rates: dict[str, float] | None = None,
+    stop_after: int | None = None,
+) -> PhaseResult:
+    """Train `model` in place for one phase; resumes from `output_dir/checkpoints` when allowed.
+    `stop_after` ends the run early after that many optimiser steps (as a kill would; for tests).
+    Returns the summary (first and last logged losses, wall time) and what saving needs."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    output_dir = Path(output_dir)
+    accelerator = make_accelerator(run, optimization, output_dir)
+    sampler = ModalityBatchSampler(
+        phase.modalities,
+        phase.batch_size_for,
+        seed=run.seed,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+    )
+    steps_per_epoch = sampler.steps_per_epoch()
+    if steps_per_epoch == 0:
+        raise ValueError(f"{phase.name}: not one full batch per process; lower the batch sizes or add data")
+    steps = total_steps(optimization, steps_per_epoch)
+    if optimization.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, optimization.weight_decay, learning_rates), lr=optimization.learning_rate
+    )
+    scheduler = get_cosine_schedule_with_warmup(optimizer, int(optimization.warmup_ratio * steps), steps)
+    uses_deepspeed = accelerator.state.deepspeed_plugin is not None
+    if uses_deepspeed:
+        _fill_deepspeed_auto_values(accelerator, model, phase, optimization)
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    checkpoints = CheckpointManager(output_dir / "checkpoints", keep=run.keep_checkpoints)
+    state = TrainingState()
+    if run.resume and (checkpoints.latest() is not None or (uses_deepspeed and _deepspeed_latest(output_dir))):
+        state = _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, uses_deepspeed)
+        logger.info(
+            "%s: resumed at step %d (epoch %d, batch %d)", phase.name, state.step, state.epoch, state.step_in_epoch
+        )
+    if state.extra.get("completed"):
+        summary = {**state.extra.get("summary", {}), "resumed_completed": True}
+        return PhaseResult(summary, model, accelerator)
+
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.init_trackers(phase.name.replace("/", "_"), config=_flat_hparams(optimization))
+    history_path = output_dir / "history.jsonl"
+    progress = tqdm(
+        total=steps, initial=state.step, desc=phase.name, disable=not run.progress or not accelerator.is_main_process
+    )
+    started, first_loss, last_loss, running = time.perf_counter(), None, None, []
+    model.train()
+    while state.step < steps:
+        sampler.set_epoch(state.epoch, state.step_in_epoch)
+        for indices in sampler:
+            batch = phase.collate([phase.items[i] for i in indices])
+            batch = {k: v.to(accelerator.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            with accelerator.accumulate(model), accelerator.autocast():
+                loss = phase.loss(model, batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{phase.name}: loss is {loss.item()} at step {state.step}")
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and optimization.max_grad_norm and not uses_deepspeed:
+                    accelerator.clip_grad_norm_(model.parameters(), optimization.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad()
+            state.step_in_epoch += 1
+            running.append(loss.detach().float().item())
+            if not accelerator.sync_gradients:
+                continue
+            scheduler.step()
+            state.step += 1
+            progress.update(1)
+            if state.step % max(1, run.log_every) == 0 or state.step == steps or state.step == 1:
+                value = sum(running) / len(running)
+                first_loss = value if first_loss is None else first_loss
+                last_loss = value
+                record = {"step": state.step, "loss": value, "lr": scheduler.get_last_lr()[0], "epoch": state.epoch}
+                accelerator.log({f"{phase.name}/loss": value, f"{phase.name}/lr": record["lr"]}, step=state.step)
+                progress.set_postfix(loss=f"{value:.4f}")
+                if accelerator.is_main_process:
+                    with history_path.open("a") as handle:
+                        handle.write(json.dumps({"phase": phase.name, **record}) + "\n")
+                running = []
+            if run.save_every and state.step % run.save_every == 0 and state.step < steps:
+                _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+            if state.step >= steps or (stop_after is not None and state.step >= stop_after):
+                break
+        else:
+            state.epoch, state.step_in_epoch = state.epoch + 1, 0
+            continue
+        if stop_after is not None and state.step >= stop_after and state.step < steps:
+            _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+            progress.close()
+            _finish_trackers(accelerator)
+            return PhaseResult({"phase": phase.name, "steps": state.step, "stopped_early": True}, model, accelerator)
+    progress.close()
+    summary = {
+        "phase": phase.name,
+        "steps": state.step,
+        "first_loss": first_loss,
+        "last_loss": last_loss,
+        "seconds": round(time.perf_counter() - started, 2),
+        "processes": accelerator.num_processes,
+        "mixed_precision": accelerator.mixed_precision,
+    }
+    state.extra = {"completed": True, "summary": summary}
+    _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+    _finish_trackers(accelerator)
+    return PhaseResult(summary, model, accelerator)
+
+
+@dataclass
+class PhaseResult:
+    """A finished phase: its summary, the (possibly wrapped) model and its accelerator."""
+
+    summary: dict
+    wrapped_model: torch.nn.Module
+    accelerator: Any
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The plain model behind a DDP/DeepSpeed wrapper."""
+        return self.accelerator.unwrap_model(self.wrapped_model)
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def save_pretrained(self, directory: str | Path, extra_files: Callable[[Path], None] | None = None) -> Path:
+        """`save_pretrained` from the main process (weights gathered under ZeRO-3), written atomically;
+        `extra_files(folder)` adds e.g. the processor before the folder is renamed into place."""
+        directory = Path(directory)
+        state_dict = self.accelerator.get_state_dict(self.wrapped_model)
+        if self.accelerator.is_main_process:
+            save_folder_atomically(
+                directory, lambda folder: _save_with_extras(self.model, folder, state_dict, extra_files)
+            )
+        self.accelerator.wait_for_everyone()
+        return directory
+
+
+def _save_with_extras(model, folder: Path, state_dict, extra_files) -> None:
+    model.save_pretrained(folder, state_dict=state_dict)
+    if extra_files is not None:
+        extra_files(folder)
+
+
+def save_folder_atomically(directory: str | Path, write: Callable[[Path], None]) -> Path:
+    """Write a folder next to `directory`, then swap it in: readers never see half a model."""
+    import shutil
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temporary = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    write(temporary)
+    if directory.exists():
+        old = directory.with_name(f".{directory.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        directory.rename(old)
+        temporary.rename(directory)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        temporary.rename(directory)
+    return directory
+
+
+def _finish_trackers(accelerator) -> None:
+    # not accelerator.end_training(): it also destroys the process group that later phases and the save need
+    for tracker in accelerator.trackers:
+        tracker.finish()
+
+
+def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed) -> None:
+    if uses_deepspeed:  # ZeRO shards optimiser state over ranks: DeepSpeed's own (sharded) format
+        folder = output_dir / "deepspeed_checkpoint"
+        accelerator.save_state(str(folder))
+        if accelerator.is_main_process:
+            (folder / "medreco_state.json").write_text(json.dumps(vars(state)))
+            (folder / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+    elif accelerator.is_main_process:
+        checkpoints.save(accelerator.unwrap_model(model), optimizer, scheduler, state)
+    accelerator.wait_for_everyone()
+
+
+def _deepspeed_latest(output_dir: Path) -> bool:
+    return (output_dir / "deepspeed_checkpoint" / "medreco_state.json").exists()
+
+
+def _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, uses_deepspeed) -> TrainingState:
+    if uses_deepspeed:
+        folder = output_dir / "deepspeed_checkpoint"
+        accelerator.load_state(str(folder))
+        scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text()))
+        return TrainingState(**json.loads((folder / "medreco_state.json").read_text()))
+    return checkpoints.load(accelerator.unwrap_model(model), optimizer, scheduler)
+
+
+def _fill_deepspeed_auto_values(accelerator, model, phase: Phase, optimization: OptimizationConfig) -> None:
+    """Fill the JSON's "auto" values Accelerate cannot infer for our models: the micro batch size
+    (ours varies by modality, so the largest) and the bucket sizes (from the hidden size)."""
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    model_config = getattr(model, "config", None)
+    hidden = getattr(getattr(model_config, "vision_config", None), "hidden_size", None) or getattr(
+        model_config, "hidden_size", 512
+    )
+    zero = config.get("zero_optimization", {})
+    for key, value in (
+        ("reduce_bucket_size", hidden * hidden),
+        ("stage3_prefetch_bucket_size", int(0.9 * hidden * hidden)),
+        ("stage3_param_persistence_threshold", 10 * hidden),
+    ):
+        if zero.get(key) == "auto":
+            zero[key] = value
+    micro = max(phase.batch_size_for(m) for m in set(phase.modalities))
+    if config.get("train_micro_batch_size_per_gpu") in (None, "auto"):
+        config["train_micro_batch_size_per_gpu"] = micro
+    if config.get("train_batch_size") in (None, "auto"):
+        config["train_batch_size"] = micro * optimization.gradient_accumulation_steps * accelerator.num_processes
+    if config.get("gradient_clipping") == "auto":
+        config["gradient_clipping"] = optimization.max_grad_norm
+
+
+def _flat_hparams(optimization: OptimizationConfig) -> dict:
+    return {k: v for k, v in vars(optimization).items() if isinstance(v, (int, float, str, bool))}
+
+
+__all__ = [
+    "Phase",
+    "PhaseResult",
+    "available_trackers",
+    "cpu_supports_bf16",
+    "make_accelerator",
+    "parameter_groups",
+    "resolve_mixed_precision",
+    "save_folder_atomically",
+    "total_steps",
+    "train_phase",
+]

@@ -1,0 +1,215 @@
+"""Stage 1 (`medreco train stage1`): the retrieval model.
+
+Phase 1, alignment: images with their reports, symmetric InfoNCE (the warm-up of section 4.3).
+Phase 2, ranking: mined triplets (anchor, positive, negative, entity) with the triplet loss and
+in-batch hard negatives: every candidate of the batch is scored under every anchor's entity, and
+the retrieval table of the training split says which of those pairs are relevant (1), irrelevant
+(0) or unknown (-1, left out). The text encoder is fine-tuned in both phases.
+
+Output: `output_dir/final/` holds the model, its tokenizer and image processor (`from_pretrained`
+loads each), `training_config.json` and `summary.json`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from ..data.ontology import Ontology
+from ..factory import create_model, resolve_text_encoder
+from ..modeling import MedReCoModel
+from ..processing import MedReCoImageProcessor
+from .config import DataConfig, ModelSource, Stage1Config, to_dict
+from .data import ImageStore, MinedData, batch_size_rule, check_nonempty
+from .loop import Phase, PhaseResult, train_phase
+
+logger = logging.getLogger(__name__)
+
+
+def build_retrieval_model(source: ModelSource, text_encoder: str, **fields) -> tuple[MedReCoModel, object]:
+    """The retrieval model and its tokenizer: from a checkpoint, or a preset with pretrained text weights."""
+    if source.init_from:
+        model = MedReCoModel.from_pretrained(source.init_from)
+        return model, AutoTokenizer.from_pretrained(source.init_from)
+    model = create_model(
+        "retrieval",
+        source.preset,
+        load_text_weights=True,
+        text_model_name_or_path=text_encoder,
+        **{**fields, **source.overrides},
+    )
+    return model, AutoTokenizer.from_pretrained(resolve_text_encoder(text_encoder))
+
+
+def build_image_processor(data: DataConfig, modalities: list[str]) -> MedReCoImageProcessor:
+    return MedReCoImageProcessor(modalities=modalities, recipes=data.recipes, tensor_cache_dir=data.tensor_cache_dir)
+
+
+def entity_prompts() -> dict[str, str]:
+    """entity id -> the text the model reads for it."""
+    ontology = Ontology.load()
+    return {entity.id: entity.prompt for entity in ontology.entities()}
+
+
+def ranking_relevance(
+    rows: list[dict], candidates: list[str], lookup: dict, patient_of: dict[str, str]
+) -> torch.Tensor:
+    """(A, 2A) relevance of every candidate ([positives; negatives]) under every anchor's entity, in
+    the losses' convention: 1 relevant, 0 irrelevant, -1 unknown (left out of the loss)."""
+    size = len(rows)
+    relevance = torch.full((size, len(candidates)), -1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        gallery, relevant = lookup.get((row["anchor"], row["entity_id"]), (set(), set()))
+        for j, candidate in enumerate(candidates):
+            if patient_of[candidate] == patient_of[row["anchor"]]:
+                continue
+            if candidate in relevant:
+                relevance[i, j] = 1
+            elif candidate in gallery:
+                relevance[i, j] = 0
+        relevance[i, i], relevance[i, size + i] = 1, 0  # the mined triplet itself is authoritative
+    return relevance
+
+
+class Stage1Trainer:
+    """Builds the data and model of a stage-1 recipe and runs both phases."""
+
+    def __init__(self, config: Stage1Config):
+        self.config = config
+        self.data = MinedData(config.data.mined_dir, config.data.modalities)
+        self.model, self.tokenizer = build_retrieval_model(
+            config.model,
+            config.text_encoder,
+            freeze_text_encoder=False,
+            triplet_margin=config.triplet_margin,
+            ranking_loss=config.ranking_loss,
+        )
+        self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
+        train_ids = self.data.study_ids("train")
+        check_nonempty(train_ids, "training-split studies", self.data.directory)
+        self.store = ImageStore(
+            self.image_processor,
+            {s: self.data.studies[s] for s in self.data.study_ids()},
+            preload=config.data.preload_images,
+            progress=config.run.progress,
+        )
+        self.prompts = entity_prompts()
+
+    # ---- phase 1: image-report alignment
+    def alignment_phase(self) -> Phase:
+        studies = [s for s in self.data.study_ids("train") if self.data.studies[s].report.strip()]
+        studies = studies[: self.config.data.max_train_samples or None]
+        check_nonempty(studies, "studies with reports", self.data.directory)
+        optimization = self.config.alignment
+
+        def collate(batch_ids: list[str]) -> dict:
+            pixel_values, modality_ids = self.store.batch(batch_ids)
+            text = self.tokenizer(
+                [self.data.studies[s].report for s in batch_ids],
+                padding=True,
+                truncation=True,
+                max_length=self.config.max_report_tokens,
+                return_tensors="pt",
+            )
+            return {
+                "pixel_values": pixel_values,
+                "modality_ids": modality_ids,
+                "input_ids": text["input_ids"],
+                "attention_mask": text["attention_mask"],
+            }
+
+        return Phase(
+            "stage1/alignment",
+            studies,
+            [self.data.studies[s].modality for s in studies],
+            batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
+            collate,
+            lambda model, batch: model(**batch).loss,
+        )
+
+    # ---- phase 2: entity-conditioned ranking
+    def ranking_phase(self) -> Phase:
+        rows = self.data.rows("triplets", "train")[: self.config.data.max_train_samples or None]
+        check_nonempty(rows, "training triplets", self.data.directory)
+        lookup = self.data.relevance_table("train")
+        patient_of = {s: study.patient_id for s, study in self.data.studies.items()}
+        optimization = self.config.ranking
+
+        def collate(batch_rows: list[dict]) -> dict:
+            candidates = [r["positive"] for r in batch_rows] + [r["negative"] for r in batch_rows]
+            anchors, modality_ids = self.store.batch([r["anchor"] for r in batch_rows])
+            candidate_pixels, candidate_modalities = self.store.batch(candidates)
+            entity = self.tokenizer(
+                [self.prompts[r["entity_id"]] for r in batch_rows], padding=True, return_tensors="pt"
+            )
+            return {
+                "pixel_values": anchors,
+                "modality_ids": modality_ids,
+                "entity_input_ids": entity["input_ids"],
+                "entity_attention_mask": entity["attention_mask"],
+                "candidate_pixel_values": candidate_pixels,
+                "candidate_modality_ids": candidate_modalities,
+                "relevance": ranking_relevance(batch_rows, candidates, lookup, patient_of),
+            }
+
+        return Phase(
+            "stage1/ranking",
+            rows,
+            [r["modality"] for r in rows],
+            batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
+            collate,
+            lambda model, batch: model(**batch).loss,
+        )
+
+    def train(self, stop_after: int | None = None) -> dict:
+        """Both phases, then the final save. Returns the summaries of the phases."""
+        out = Path(self.config.run.output_dir)
+        summaries = {}
+        model = self.model
+        result: PhaseResult | None = None
+        for phase, optimization in (
+            (self.alignment_phase(), self.config.alignment),
+            (self.ranking_phase(), self.config.ranking),
+        ):
+            if optimization.epochs <= 0 and not optimization.max_steps:
+                continue
+            rates = None
+            if self.config.text_encoder_learning_rate is not None:
+                rates = {"text_encoder.backbone.": self.config.text_encoder_learning_rate}
+            result = train_phase(
+                model,
+                phase,
+                optimization,
+                self.config.run,
+                out / phase.name.split("/")[-1],
+                learning_rates=rates,
+                stop_after=stop_after,
+            )
+            summaries[phase.name] = result.summary
+            model = result.model
+            if result.summary.get("stopped_early"):
+                return summaries
+        self.model = model
+        if result is not None:
+            result.save_pretrained(out / "final", self._save_companions(summaries))
+        return summaries
+
+    def _save_companions(self, summaries: dict):
+        def write(folder: Path) -> None:
+            self.tokenizer.save_pretrained(folder)
+            self.image_processor.save_pretrained(folder)
+            (folder / "training_config.json").write_text(json.dumps(to_dict(self.config), indent=2))
+            (folder / "summary.json").write_text(json.dumps(summaries, indent=2))
+
+        return write
+
+
+def train_stage1(config: Stage1Config, stop_after: int | None = None) -> dict:
+    """Run a stage-1 recipe; see [`Stage1Trainer`]."""
+    return Stage1Trainer(config).train(stop_after=stop_after)
+
+
+__all__ = ["Stage1Trainer", "build_image_processor", "build_retrieval_model", "entity_prompts", "train_stage1"]

@@ -1,0 +1,338 @@
+"""Stage 2 (`medreco train stage2`): comparative instruction tuning with TRL's SFTTrainer.
+
+Each mined VQA sample becomes a conversation: two images (Case A, Case B) and a question; the
+assistant's answer is the only supervised text (TRL's `assistant_only_loss` with our processor's
+assistant masks; image placeholders are never in the loss). The vision encoder comes from stage 1
+and stays frozen; the projector and the language model train with their own learning rates
+(paper: 1e-4 and 2e-5). PEFT LoRA on the language model is an option; QLoRA (4-bit) needs CUDA.
+
+Images of one batch must share a shape, so the dataset is laid out in modality-homogeneous blocks of
+one batch each (shuffled per epoch) and read in that order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import torch
+from torch.utils.data import SequentialSampler
+from transformers import AutoTokenizer
+
+from ..factory import PRESETS, create_model, resolve_text_encoder
+from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
+from ..processing import MedReCoImageProcessor, MedReCoProcessor
+from .config import RecipeError, Stage2Config, to_dict
+from .data import MinedData, check_nonempty
+from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
+
+logger = logging.getLogger(__name__)
+LETTERS = "ABCD"
+
+
+def closed_prompt(question: str, options: list[str]) -> str:
+    """The question with lettered options, as the model reads it."""
+    lines = [question, *(f"{LETTERS[i]}. {option}" for i, option in enumerate(options))]
+    return "\n".join(lines) + "\nAnswer with the letter and the option."
+
+
+def closed_answer(options: list[str], answer: str) -> str:
+    return f"{answer}. {options[LETTERS.index(answer)]}"
+
+
+def conversation(question_text: str, modality: str, answer: str | None = None, labels=("Case A", "Case B")) -> list:
+    """A two-image conversation in the processor's chat format."""
+    user = {
+        "role": "user",
+        "content": [
+            {"type": "image", "modality": modality},
+            {"type": "image", "modality": modality},
+            {"type": "text", "text": question_text},
+        ],
+    }
+    messages = [user]
+    if answer is not None:
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+    return messages
+
+
+def vqa_examples(data: MinedData, split: str, include_open_ended: bool) -> list[dict]:
+    """Conversations (messages + image paths + modality) from the mined VQA table."""
+    examples = []
+    for row in data.rows("vqa", split):
+        modality = data.studies[row["study_a"]].modality
+        images = [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image]
+        examples.append(
+            {
+                "messages": conversation(
+                    closed_prompt(row["question"], row["options"]),
+                    modality,
+                    closed_answer(row["options"], row["answer"]),
+                ),
+                "images": images,
+                "modality": modality,
+            }
+        )
+        if include_open_ended and row.get("open_question"):
+            examples.append(
+                {
+                    "messages": conversation(row["open_question"], modality, row["open_answer"]),
+                    "images": images,
+                    "modality": modality,
+                }
+            )
+    return examples
+
+
+def homogeneous_order(examples: list[dict], batch_size: int, epochs: int, seed: int) -> list[dict]:
+    """Examples laid out so that every consecutive `batch_size` block has one modality; blocks are
+    shuffled per epoch and incomplete blocks dropped."""
+    ordered = []
+    for epoch in range(epochs):
+        rng = random.Random(seed * 1_000_003 + epoch)
+        blocks = []
+        by_modality: dict[str, list[dict]] = {}
+        for example in examples:
+            by_modality.setdefault(example["modality"], []).append(example)
+        for modality in sorted(by_modality):
+            members = list(by_modality[modality])
+            rng.shuffle(members)
+            blocks += [members[i : i + batch_size] for i in range(0, len(members) - batch_size + 1, batch_size)]
+        rng.shuffle(blocks)
+        ordered += [example for block in blocks for example in block]
+    return ordered
+
+
+def build_vlm(config: Stage2Config) -> tuple[MedReCoForConditionalGeneration, MedReCoProcessor]:
+    """The VLM and its processor: stage-1 vision encoder, projector, and a pretrained or preset LM."""
+    quantization = _four_bit_config() if config.lora.quantization == "4bit" else None  # refuse early without CUDA
+    tokenizer_name = config.tokenizer or config.language_model
+    if tokenizer_name is None:
+        raise RecipeError("stage2: set `tokenizer` (or `language_model`) so the VLM has a vocabulary")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_text_encoder(tokenizer_name))
+    vision_model = None
+    if config.vision_model:
+        if not (Path(config.vision_model) / "config.json").exists():
+            raise FileNotFoundError(f"{config.vision_model}: stage-1 model not found (train stage 1 first)")
+        vision_model = MedReCoModel.from_pretrained(config.vision_model)
+        image_processor = MedReCoImageProcessor.from_pretrained(
+            config.vision_model, tensor_cache_dir=config.data.tensor_cache_dir
+        )
+    else:
+        image_processor = MedReCoImageProcessor(
+            recipes=config.data.recipes, tensor_cache_dir=config.data.tensor_cache_dir
+        )
+    fields = dict(config.model.overrides)
+    if vision_model is not None:
+        fields["vision_config"] = vision_model.config.vision_config.to_dict()
+    patch = (fields.get("vision_config") or PRESETS[config.model.preset]["vlm"].get("vision_config", {})).get(
+        "patch_size", 20
+    )
+    processor = MedReCoProcessor(image_processor, tokenizer, patch_size=patch)
+    if config.language_model is None:
+        text_config = {**PRESETS[config.model.preset]["vlm"]["text_config"], "vocab_size": len(tokenizer)}
+        fields.setdefault("text_config", text_config)
+    model = create_model(
+        "vlm",
+        config.model.preset,
+        image_token_id=processor.image_token_id,
+        freeze_vision_tower=config.freeze_vision_tower,
+        **fields,
+    )
+    if config.language_model is not None:
+        kwargs = {"quantization_config": quantization} if quantization is not None else {}
+        model.load_language_model(config.language_model, vocab_size=len(tokenizer), **kwargs)
+    if vision_model is not None:
+        model.load_vision_tower(vision_model.vision_model)
+    if config.model.init_from:
+        model = MedReCoForConditionalGeneration.from_pretrained(config.model.init_from)
+    return model, processor
+
+
+def _four_bit_config():
+    if not torch.cuda.is_available():
+        raise RecipeError(
+            "stage2: lora.quantization=4bit (QLoRA) needs a CUDA GPU with bitsandbytes; this machine has none. "
+            "Use lora.quantization=none (LoRA in full precision) on a CPU."
+        )
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+
+
+def lora_config(config: Stage2Config):
+    from peft import LoraConfig
+
+    targets = "|".join(config.lora.target_modules)
+    return LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=rf".*language_model.*\.({targets})",  # the LM only; the vision encoder stays frozen
+        modules_to_save=["multi_modal_projector"],
+        task_type="CAUSAL_LM",
+    )
+
+
+def _trainer_class():
+    from trl import SFTTrainer
+
+    class MedReCoSFTTrainer(SFTTrainer):
+        """SFTTrainer with the projector's own learning rate and the dataset's (homogeneous) order kept."""
+
+        projector_learning_rate: float = 1e-4
+
+        def _get_train_sampler(self, *args, **kwargs):
+            return SequentialSampler(self.train_dataset)
+
+        def create_optimizer(self, *args, **kwargs):
+            if self.optimizer is None:
+                decay, no_decay, projector = [], [], []
+                for name, parameter in self.model.named_parameters():
+                    if not parameter.requires_grad:
+                        continue
+                    if "multi_modal_projector" in name:
+                        projector.append(parameter)
+                    elif parameter.ndim >= 2:
+                        decay.append(parameter)
+                    else:
+                        no_decay.append(parameter)
+                groups = [
+                    {"params": decay, "weight_decay": self.args.weight_decay},
+                    {"params": no_decay, "weight_decay": 0.0},
+                    {"params": projector, "weight_decay": 0.0, "lr": self.projector_learning_rate},
+                ]
+                self.optimizer = torch.optim.AdamW(
+                    [g for g in groups if g["params"]], lr=self.args.learning_rate, betas=(0.9, 0.999)
+                )
+            return self.optimizer
+
+    return MedReCoSFTTrainer
+
+
+class Stage2Trainer:
+    def __init__(self, config: Stage2Config):
+        self.config = config
+        self.data = MinedData(config.data.mined_dir, config.data.modalities)
+        self.model, self.processor = build_vlm(config)
+
+    def dataset(self):
+        import datasets
+
+        examples = vqa_examples(self.data, "train", self.config.include_open_ended)
+        random.Random(self.config.run.seed).shuffle(examples)
+        examples = examples[: self.config.data.max_train_samples or None]
+        check_nonempty(examples, "training VQA samples", self.data.directory)
+        epochs = max(1, round(self.config.optimization.epochs))
+        ordered = homogeneous_order(examples, self.batch_size, epochs, self.config.run.seed)
+        check_nonempty(ordered, "full batches of VQA samples", self.data.directory)
+        return datasets.Dataset.from_list(ordered)
+
+    @property
+    def batch_size(self) -> int:
+        modalities = {self.data.studies[s].modality for s in self.data.studies}
+        volumetric = any(self.processor.image_processor.recipe(m).size[0] > 1 for m in modalities)
+        optimization = self.config.optimization
+        return min(optimization.batch_size_2d, optimization.batch_size_3d) if volumetric else optimization.batch_size_2d
+
+    def sft_config(self, max_steps: int | None = None):
+        from trl import SFTConfig
+
+        optimization, run = self.config.optimization, self.config.run
+        precision = resolve_mixed_precision(optimization.mixed_precision)
+        return SFTConfig(
+            output_dir=str(Path(run.output_dir) / "trainer"),
+            per_device_train_batch_size=self.batch_size,
+            gradient_accumulation_steps=optimization.gradient_accumulation_steps,
+            num_train_epochs=1,  # the dataset already holds every epoch, in block order
+            max_steps=max_steps or optimization.max_steps or -1,
+            learning_rate=optimization.learning_rate,
+            weight_decay=optimization.weight_decay,
+            lr_scheduler_type="cosine",
+            warmup_steps=optimization.warmup_ratio,  # a ratio when < 1 (transformers 5)
+            max_grad_norm=optimization.max_grad_norm,
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            use_cpu=not torch.cuda.is_available(),
+            activation_checkpointing=optimization.gradient_checkpointing,
+            logging_steps=run.log_every,
+            save_steps=run.save_every or 10**9,
+            save_total_limit=run.keep_checkpoints,
+            report_to=available_trackers(run.report_to) or "none",
+            seed=run.seed,
+            max_length=None,  # never cut image placeholders
+            assistant_only_loss=True,
+            remove_unused_columns=False,
+            dataloader_drop_last=True,
+            disable_tqdm=not run.progress,
+            deepspeed=run.deepspeed_config,
+        )
+
+    def trainer(self, max_steps: int | None = None):
+        trainer_class = _trainer_class()
+        trainer_class.projector_learning_rate = self.config.projector_learning_rate
+        peft_config = lora_config(self.config) if self.config.lora.enabled else None
+        if self.config.lora.quantization == "4bit" and not self.config.lora.enabled:
+            raise RecipeError("stage2: 4-bit quantization trains adapters only; set lora.enabled=true")
+        return trainer_class(
+            model=self.model,
+            args=self.sft_config(max_steps),
+            train_dataset=self.dataset(),
+            processing_class=self.processor,
+            peft_config=peft_config,
+        )
+
+    def train(self, max_steps: int | None = None) -> dict:
+        out = Path(self.config.run.output_dir)
+        trainer = self.trainer(max_steps)
+        checkpoint_dir = Path(trainer.args.output_dir)
+        resume = self.config.run.resume and any(checkpoint_dir.glob("checkpoint-*"))
+        output = trainer.train(resume_from_checkpoint=True if resume else None)
+        model = trainer.model
+        if self.config.lora.enabled:
+            model = model.merge_and_unload()  # a plain MedReCo VLM that from_pretrained loads
+        self.model = model
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        summary = {
+            "phase": "stage2",
+            "steps": trainer.state.global_step,
+            "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "train_loss": output.training_loss,
+            "seconds": output.metrics.get("train_runtime"),
+            "lora": self.config.lora.enabled,
+        }
+        if trainer.is_world_process_zero():
+            config = self.config
+
+            def write(folder: Path) -> None:
+                model.save_pretrained(folder)
+                self.processor.save_pretrained(folder)
+                (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
+                (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+
+            save_folder_atomically(out / "final", write)
+        return {"stage2": summary}
+
+
+def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:
+    return Stage2Trainer(config).train(max_steps)
+
+
+__all__ = [
+    "Stage2Trainer",
+    "build_vlm",
+    "closed_answer",
+    "closed_prompt",
+    "conversation",
+    "homogeneous_order",
+    "lora_config",
+    "train_stage2",
+    "vqa_examples",
+]

@@ -1,0 +1,339 @@
+"""Training recipes: typed configs, batches, stage 1, reranker, stage 2 (TRL), resume, DDP, DeepSpeed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForImageTextToText
+
+from medreco.training import (
+    ModalityBatchSampler,
+    RecipeError,
+    Stage1Config,
+    Stage2Config,
+    load_recipe,
+    train_phase,
+)
+from medreco.training.data import MinedData, TrainingDataError
+from medreco.training.reranker import RerankerTrainer
+from medreco.training.stage1 import Stage1Trainer
+from medreco.training.stage2 import Stage2Trainer, homogeneous_order
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_mined import RECIPES, write_toy_mined
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    return write_toy_mined(tmp_path_factory.mktemp("toy"))
+
+
+def stage1_config(mined: Path, out: Path, *extra: str) -> Stage1Config:
+    return load_recipe(
+        "tiny",
+        "stage1",
+        [
+            f"data.mined_dir={mined}",
+            f"data.recipes={json.dumps(RECIPES)}",
+            f"run.output_dir={out}",
+            "run.progress=false",
+            "run.report_to=[tensorboard]",
+            "alignment.epochs=1",
+            "alignment.batch_size_2d=12",
+            "ranking.epochs=8",
+            "ranking.batch_size_2d=12",
+            "ranking.mixed_precision=no",
+            "alignment.mixed_precision=no",
+            *extra,
+        ],
+    )
+
+
+def pair_auc(encoder_model, trainer: Stage1Trainer, split: str = "train") -> float:
+    """Share of (relevant, irrelevant) gallery pairs the entity-conditioned score orders correctly."""
+    from medreco.retrieval import RetrievalEncoder
+    from medreco.training.stage1 import entity_prompts
+
+    encoder = RetrievalEncoder(encoder_model, trainer.tokenizer, trainer.image_processor)
+    data = trainer.data
+    ids = data.study_ids(split)
+    (block,) = encoder.encode_images([None] * len(ids), ["chest_xray"] * len(ids), ids, tensors=trainer.store)
+    index = {s: i for i, s in enumerate(block.study_ids)}
+    prompts, correct, total = entity_prompts(), 0, 0
+    for row in data.rows("retrieval", split):
+        features, _ = encoder.condition(block.tokens, block.modality_ids, prompts[row["entity_id"]])
+        scores = features @ features[index[row["query"]]]
+        relevant = [scores[index[s]] for s in row["relevant"]]
+        irrelevant = [scores[index[s]] for s in row["gallery"] if s not in row["relevant"]]
+        for r in relevant:
+            for i in irrelevant:
+                correct += float(r > i)
+                total += 1
+    return correct / total
+
+
+# ---------------------------------------------------------------- configs
+def test_builtin_recipes_load_into_typed_configs():
+    for stage in ("stage1", "reranker", "stage2"):
+        for recipe in ("tiny", "paper"):
+            config = load_recipe(recipe, stage)
+            assert config.run.output_dir
+    paper = load_recipe("paper", "stage1")
+    assert paper.ranking.learning_rate == 1e-4 and paper.ranking.epochs == 10 and paper.triplet_margin == 0.2
+    stage2 = load_recipe("paper", "stage2")
+    assert stage2.optimization.learning_rate == 2e-5 and stage2.projector_learning_rate == 1e-4
+
+
+def test_recipe_errors_name_the_key(tmp_path):
+    with pytest.raises(RecipeError, match=r"alignment\.epochs"):
+        load_recipe("tiny", "stage1", ["alignment.epochs=many"])
+    with pytest.raises(RecipeError, match="unknown key"):
+        load_recipe("tiny", "stage1", ["ranking.learning_rat=1"])
+    with pytest.raises(RecipeError, match="not found"):
+        load_recipe(tmp_path / "missing.yaml", "stage1")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stage1: [1, 2")
+    with pytest.raises(RecipeError, match="YAML"):
+        load_recipe(bad, "stage1")
+    # YAML reads a bare `no` as false: it still means "no mixed precision"
+    assert load_recipe("tiny", "stage1", ["ranking.mixed_precision=no"]).ranking.mixed_precision == "no"
+
+
+def test_missing_mined_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(TrainingDataError, match="medreco mine"):
+        MinedData(tmp_path / "nothing")
+
+
+# ---------------------------------------------------------------- batches
+def test_batches_are_modality_homogeneous_deterministic_and_balanced_over_ranks():
+    modalities = ["chest_xray"] * 37 + ["chest_ct"] * 21
+    sizes = {"chest_xray": 8, "chest_ct": 2}
+    samplers = [ModalityBatchSampler(modalities, sizes.get, seed=3, num_replicas=2, rank=r) for r in range(2)]
+    rank0, rank1 = (s.epoch_batches(0) for s in samplers)
+    assert len(rank0) == len(rank1) > 0
+    for a, b in zip(rank0, rank1):
+        assert len({modalities[i] for i in a + b}) == 1  # one expert for every process at each step
+        assert len(a) == sizes[modalities[a[0]]]
+    seen = [i for batch in rank0 + rank1 for i in batch]
+    assert len(seen) == len(set(seen))
+    assert samplers[0].epoch_batches(0) == rank0 and samplers[0].epoch_batches(1) != rank0
+    samplers[0].set_epoch(0, start=3)
+    assert list(samplers[0]) == rank0[3:]
+
+
+def test_vqa_examples_are_laid_out_in_homogeneous_blocks():
+    examples = [{"modality": "chest_xray", "i": i} for i in range(10)] + [
+        {"modality": "chest_ct", "i": i} for i in range(7)
+    ]
+    ordered = homogeneous_order(examples, batch_size=3, epochs=2, seed=0)
+    assert len(ordered) == 2 * (3 * 3 + 2 * 3)
+    for start in range(0, len(ordered), 3):
+        assert len({e["modality"] for e in ordered[start : start + 3]}) == 1
+
+
+# ---------------------------------------------------------------- stage 1
+@pytest.fixture(scope="module")
+def stage1_run(toy, tmp_path_factory):
+    out = tmp_path_factory.mktemp("stage1")
+    torch.manual_seed(0)
+    trainer = Stage1Trainer(stage1_config(toy, out))
+    before = pair_auc(trainer.model, trainer)
+    summaries = trainer.train()
+    return trainer, out, summaries, before
+
+
+def test_stage1_lowers_both_losses_and_beats_its_untrained_self(stage1_run):
+    trainer, out, summaries, before = stage1_run
+    alignment, ranking = summaries["stage1/alignment"], summaries["stage1/ranking"]
+    assert alignment["last_loss"] < alignment["first_loss"]
+    assert ranking["last_loss"] < 0.5 * ranking["first_loss"]
+    after = pair_auc(trainer.model, trainer)
+    assert after >= 0.9 and after > before + 0.15, (before, after)
+    history = [json.loads(line) for line in (out / "ranking" / "history.jsonl").read_text().splitlines()]
+    assert history and {"step", "loss", "lr"} <= set(history[0])
+    assert list((out / "ranking").glob("**/events.out.tfevents*")), "TensorBoard events were not written"
+
+
+def test_stage1_final_folder_loads_with_the_auto_classes(stage1_run):
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    trainer, out, _, _ = stage1_run
+    model = AutoModel.from_pretrained(out / "final")
+    for name, tensor in trainer.model.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor)
+    assert AutoTokenizer.from_pretrained(out / "final")("pleural effusion")["input_ids"]
+    assert AutoImageProcessor.from_pretrained(out / "final").recipes["chest_xray"]["size"] == [1, 40, 40]
+    assert json.loads((out / "final" / "training_config.json").read_text())["triplet_margin"] == 0.2
+
+
+def test_a_finished_run_is_not_trained_again(stage1_run, toy):
+    _trainer, out, summaries, _ = stage1_run
+    again = Stage1Trainer(stage1_config(toy, out)).train()
+    assert (
+        again["stage1/ranking"]["resumed_completed"]
+        and again["stage1/ranking"]["steps"] == summaries["stage1/ranking"]["steps"]
+    )
+
+
+def test_resume_after_a_kill_gives_the_same_weights(toy, tmp_path):
+    def run(out: Path, stop_after=None):
+        torch.manual_seed(0)
+        trainer = Stage1Trainer(stage1_config(toy, out, "alignment.epochs=0", "ranking.max_steps=6"))
+        phase = trainer.ranking_phase()
+        result = train_phase(
+            trainer.model, phase, trainer.config.ranking, trainer.config.run, out, stop_after=stop_after
+        )
+        return result
+
+    straight = run(tmp_path / "straight").model.state_dict()
+    assert run(tmp_path / "resumed", stop_after=3).summary["stopped_early"]
+    resumed = run(tmp_path / "resumed").model.state_dict()  # a new process would start exactly like this
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
+# ---------------------------------------------------------------- reranker
+def test_reranker_trains_on_the_coarse_models_candidates(stage1_run, toy, tmp_path):
+    _, stage1_out, _, _ = stage1_run
+    config = load_recipe(
+        "tiny",
+        "reranker",
+        [
+            f"retrieval_model={stage1_out / 'final'}",
+            f"data.mined_dir={toy}",
+            f"run.output_dir={tmp_path}",
+            "run.progress=false",
+            "candidates_per_query=30",  # the coarse model is near perfect on the toy: take most of the gallery
+            "optimization.epochs=6",
+            "optimization.batch_size_2d=16",
+            "optimization.mixed_precision=no",
+        ],
+    )
+    torch.manual_seed(0)
+    trainer = RerankerTrainer(config)
+    pairs, _groups = trainer.build_pairs("train")
+    assert {p.label for p in pairs} == {0.0, 1.0}
+
+    def accuracy(model) -> float:
+        batch = trainer.phase().collate(pairs)
+        with torch.no_grad():
+            probabilities = model.eval()(**{k: v for k, v in batch.items() if k != "labels"}).probabilities
+        return ((probabilities > 0.5).float() == batch["labels"]).float().mean().item()
+
+    before = accuracy(trainer.model)
+    summary = trainer.train()["reranker"]
+    assert summary["last_loss"] < summary["first_loss"]
+    after = accuracy(trainer.model)
+    assert after > before + 0.1 and after >= 0.8, (before, after)
+    loaded = AutoModel.from_pretrained(tmp_path / "final")
+    assert loaded.config.model_type == "medreco_reranker"
+
+
+# ---------------------------------------------------------------- stage 2
+def stage2_config(toy: Path, vision: Path, out: Path, *extra: str) -> Stage2Config:
+    return load_recipe(
+        "tiny",
+        "stage2",
+        [
+            f"data.mined_dir={toy}",
+            f"vision_model={vision}",
+            f"run.output_dir={out}",
+            "run.progress=false",
+            "run.report_to=[]",
+            "run.log_every=1",
+            "optimization.batch_size_2d=4",
+            "optimization.mixed_precision=no",
+            "data.max_train_samples=24",
+            *extra,
+        ],
+    )
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora):
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}")
+    trainer = Stage2Trainer(config)
+    vision_before = {k: v.clone() for k, v in trainer.model.model.vision_tower.state_dict().items()}
+    projector_before = {k: v.clone() for k, v in trainer.model.model.multi_modal_projector.state_dict().items()}
+    summary = trainer.train(max_steps=6)["stage2"]
+    assert summary["steps"] == 6 and summary["lora"] == lora
+    assert summary["last_loss"] < summary["first_loss"]
+    model = AutoModelForImageTextToText.from_pretrained(tmp_path / "final")
+    for name, tensor in model.model.vision_tower.state_dict().items():
+        torch.testing.assert_close(tensor, vision_before[name])  # frozen stage-1 encoder
+    assert any(
+        not torch.equal(tensor, projector_before[name])
+        for name, tensor in model.model.multi_modal_projector.state_dict().items()
+    )
+    assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
+
+
+def test_qlora_is_refused_without_cuda(stage1_run, toy, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: QLoRA is allowed")
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(
+        toy, stage1_out / "final", tmp_path, "lora.enabled=true", "lora.quantization=4bit", "language_model=some/lm"
+    )
+    with pytest.raises(RecipeError, match="CUDA"):
+        Stage2Trainer(config)
+
+
+# ---------------------------------------------------------------- distributed
+def torchrun(nproc: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    return subprocess.run(
+        [*command, str(HERE / "distributed_train.py"), *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_two_cpu_processes_train_stage1_in_ddp_to_identical_weights(toy, tmp_path):
+    result = torchrun(2, str(toy), str(tmp_path), env={"ACCELERATE_USE_CPU": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    digests = {p.read_text() for p in tmp_path.glob("rank*.sha256")}
+    assert len(list(tmp_path.glob("rank*.sha256"))) == 2 and len(digests) == 1
+    summary = json.loads((tmp_path / "final" / "summary.json").read_text())["stage1/ranking"]
+    assert summary["processes"] == 2 and summary["steps"] == 4
+
+
+@pytest.mark.parametrize("stage", ["zero2", "zero3"])
+def test_deepspeed_zero_trains_on_the_cpu_and_saves_a_loadable_model(toy, tmp_path, stage):
+    pytest.importorskip("deepspeed")
+    result = torchrun(1, str(toy), str(tmp_path), str(ROOT / "accelerate_configs" / f"deepspeed_{stage}.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "ranking" / "deepspeed_checkpoint").is_dir()  # DeepSpeed's engine did the training
+    model = AutoModel.from_pretrained(tmp_path / "final")
+    assert all(torch.isfinite(t).all() for t in model.state_dict().values())
+
+
+def test_retrieval_evaluation_of_the_trained_model(stage1_run, toy):
+    import medreco
+    from medreco.evaluation import evaluate_retrieval
+    from medreco.retrieval import RerankerScorer, RetrievalEncoder
+
+    _, out, _, _ = stage1_run
+    encoder = RetrievalEncoder.from_pretrained(out / "final")
+    reranker = RerankerScorer(medreco.create_model("reranker", "tiny"))
+    report = evaluate_retrieval(encoder, MinedData(toy), "test", reranker=reranker, rerank_top=5, progress=False)
+    overall = report["summary"]["all"]["all"]
+    assert overall["queries"] == len(report["queries"]) > 0
+    assert {"entity", "entity+rerank", "holistic"} <= set(overall)
+    assert overall["entity"]["recall@1"] >= 0.9  # the toy's findings are learnable
+    for query in report["queries"]:
+        ranked = query["systems"]["entity+rerank"]["top"]
+        assert len(ranked) == len(set(ranked)) and query["query"] not in ranked

@@ -1,0 +1,116 @@
+"""A small learnable task in the layout `medreco mine` writes, for training tests.
+
+Each study is a 40x40 radiograph (PNG) with two independent findings: a bright square on the
+left (pleural effusion) and a bright bar at the bottom (cardiomegaly). Relevance under an entity
+is agreement on that finding only, so whole-image similarity is not enough and entity
+conditioning is what the model must learn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+EFFUSION = "cxr/abnormal/pleural-effusion@pleura"
+CARDIO = "cxr/abnormal/cardiac-chamber-enlargement@cardiac-chambers"
+ENTITIES = (EFFUSION, CARDIO)
+RECIPES = {"chest_xray": {"size": [1, 40, 40]}, "chest_ct": {"size": [4, 40, 40], "spacing": [40.0, 8.0, 8.0]}}
+
+
+def _image(effusion: bool, cardio: bool, rng: np.random.Generator) -> np.ndarray:
+    image = rng.normal(90, 12, (40, 40))
+    if effusion:
+        top, left = rng.integers(8, 22), rng.integers(2, 8)
+        image[top : top + 12, left : left + 12] += 120
+    if cardio:
+        left = rng.integers(8, 20)
+        image[30:37, left : left + 16] += 120
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path:
+    """Write images and the studies/triplets/retrieval/vqa tables; returns the mined folder."""
+    import datasets
+
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    studies, labels = [], {}
+    for index in range(patients):
+        study_id = f"T{index:03d}"
+        effusion, cardio = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+        path = root / "images" / f"{study_id}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(_image(effusion, cardio, rng)).save(path)
+        labels[study_id] = {EFFUSION: effusion, CARDIO: cardio}
+        statements = {
+            entity: {"status": "positive" if present else "negative", "sentences": []}
+            for entity, present in labels[study_id].items()
+        }
+        report = ("Pleural effusion. " if effusion else "No pleural effusion. ") + (
+            "The heart is enlarged." if cardio else "Normal heart size."
+        )
+        studies.append(
+            {
+                "study_id": study_id,
+                "patient_id": f"P{index:03d}",
+                "modality": "chest_xray",
+                "image": str(path),
+                "report": report,
+                "split": "train" if index < patients * 3 // 4 else "test",
+                "statements": json.dumps(statements),
+            }
+        )
+    triplets, retrieval, vqa = [], [], []
+    for split in ("train", "test"):
+        members = [s["study_id"] for s in studies if s["split"] == split]
+        for query in members:
+            gallery = [s for s in members if s != query]
+            for entity in ENTITIES:
+                relevant = [s for s in gallery if labels[s][entity] == labels[query][entity]]
+                others = [s for s in gallery if labels[s][entity] != labels[query][entity]]
+                if relevant and others:
+                    retrieval.append(
+                        {
+                            "query": query,
+                            "entity_id": entity,
+                            "modality": "chest_xray",
+                            "split": split,
+                            "gallery": gallery,
+                            "relevant": relevant,
+                        }
+                    )
+                    for _ in range(2):
+                        triplets.append(
+                            {
+                                "anchor": query,
+                                "positive": str(rng.choice(relevant)),
+                                "negative": str(rng.choice(others)),
+                                "entity_id": entity,
+                                "modality": "chest_xray",
+                                "split": split,
+                            }
+                        )
+        for a, b in zip(members[::2], members[1::2]):
+            for entity, noun in ((EFFUSION, "pleural effusion"), (CARDIO, "cardiomegaly")):
+                answer = "A" if labels[b][entity] else "B"
+                vqa.append(
+                    {
+                        "study_a": a,
+                        "study_b": b,
+                        "entity_id": entity,
+                        "dimension": "presence",
+                        "question": f"Is there {noun} in Case B?",
+                        "options": ["Yes", "No"],
+                        "answer": answer,
+                        "open_question": f"Describe the {noun} in Case B.",
+                        "open_answer": f"{'There is' if labels[b][entity] else 'There is no'} {noun}.",
+                        "labels": ["Case A", "Case B"],
+                        "split": split,
+                    }
+                )
+    mined = root / "mined"
+    for name, table in (("studies", studies), ("triplets", triplets), ("retrieval", retrieval), ("vqa", vqa)):
+        datasets.Dataset.from_list(table).save_to_disk(str(mined / name))
+    return mined
