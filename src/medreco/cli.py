@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -268,6 +269,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(handler=_train)
 
+    index = commands.add_parser("index", help="encode an archive into a gallery index (resumable)")
+    index.add_argument("--model", required=True, help="stage-1 output folder (model, tokenizer, image processor)")
+    source = index.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mined", help="mined folder: index its studies")
+    source.add_argument("--manifest", help="CSV/JSONL with image, modality (and study_id)")
+    index.add_argument("--split", help="with --mined: only this split")
+    index.add_argument("--entity", action="append", help="precompute this entity's embeddings (repeatable)")
+    index.add_argument("--out", required=True, help="index folder")
+    index.add_argument("--quiet", action="store_true")
+    index.set_defaults(handler=_index)
+
+    search = commands.add_parser("search", help="rank an index for a query study under an entity")
+    search.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
+    search.add_argument("--index", required=True)
+    search.add_argument("--model", required=True, help="the stage-1 model the index was built with")
+    search.add_argument("--modality", required=True)
+    search.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
+    search.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
+    search.add_argument("--top-k", type=int, default=5)
+    search.add_argument("--rerank-top", type=int, default=20)
+    search.add_argument("--fusion-weight", type=float, default=0.5)
+    search.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
+    search.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
+    search.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(handler=_search)
+
+    compare = commands.add_parser("compare", help="the comparative VLM's answer about two studies")
+    compare.add_argument("first", help="prior (or query) study")
+    compare.add_argument("second", help="current (or reference) study")
+    compare.add_argument("--model", required=True, help="stage-2 output folder")
+    compare.add_argument("--question", required=True)
+    compare.add_argument("--modality", default="chest_xray")
+    compare.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
+    compare.set_defaults(handler=_compare)
+
+    evaluate = commands.add_parser("evaluate", help="retrieval Recall@k/NDCG: entity, entity+rerank, holistic")
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("--mined", required=True)
+    evaluate.add_argument("--reranker")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--rerank-top", type=int, default=10)
+    evaluate.add_argument("--out", help="write the per-query results and summary (JSON)")
+    evaluate.add_argument("--quiet", action="store_true")
+    evaluate.set_defaults(handler=_evaluate)
+
     manifest = commands.add_parser("manifest", help="write a mining manifest from MIMIC-CXR or CT-RATE")
     manifest.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
     manifest.add_argument("root", help="the dataset's root folder")
@@ -292,6 +339,103 @@ def _train(args: argparse.Namespace) -> int:
     config = load_recipe(args.config, args.stage, overrides)
     summary = train_stage(args.stage, config)
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    """Encode an archive (mined studies or a manifest) into a gallery index; resumes if interrupted."""
+    from .data.mining import read_study_manifest
+    from .retrieval import GalleryIndex, RetrievalEncoder
+    from .training.data import MinedData
+
+    encoder = RetrievalEncoder.from_pretrained(args.model)
+    if args.mined:
+        data = MinedData(args.mined)
+        rows = [vars(s) for s in data.studies.values() if args.split in (None, s.split)]
+    else:
+        rows = read_study_manifest(args.manifest)
+    if not rows:
+        raise ValueError("no studies to index (check --split)")
+    index = GalleryIndex(args.out, encoder)
+    ids = [r.get("study_id") or Path(r["image"]).stem for r in rows]
+    added = index.add(ids, [r["image"] for r in rows], [r["modality"] for r in rows], progress=not args.quiet)
+    for modality in index.modalities():
+        for entity in [None, *(args.entity or [])]:
+            index.entity_features(modality, entity)
+    print(json.dumps({"added": added, "studies": {m: len(index.study_ids(m)) for m in index.modalities()}}))
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    """Rank an index for a query study under an entity (or whole-image), optionally reranked."""
+    from .retrieval import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher, plot_montage
+
+    encoder = RetrievalEncoder.from_pretrained(args.model)
+    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    searcher = Searcher(GalleryIndex(args.index, encoder), reranker, args.fusion_weight)
+    hits, extras = searcher.search(
+        args.query,
+        args.modality,
+        args.entity,
+        args.top_k,
+        args.rerank_top,
+        args.approximate,
+        exclude=set(args.exclude or []),
+    )
+    if args.json:
+        print(json.dumps([h.to_dict() for h in hits], indent=2))
+    else:
+        print(f"{'rank':>4}  {'study':<20} {'cosine':>7} {'reranker':>8} {'fused':>6}")
+        for h in hits:
+            probability = "-" if h.reranker_probability is None else f"{h.reranker_probability:.3f}"
+            print(f"{h.rank:>4}  {h.study_id:<20} {h.cosine:>7.3f} {probability:>8} {h.fused:>6.3f}")
+    if args.plot:
+        processor = encoder.image_processor
+        plot_montage(
+            processor.preprocess_one(args.query, args.modality),
+            extras["query_attention"],
+            hits,
+            [processor.preprocess_one(h.image, args.modality) for h in hits],
+            extras["hit_attention"],
+            encoder.model.config.vision_config.patch_size,
+            args.plot,
+            title=f"{args.entity or 'whole image'}",
+        )
+        print(f"montage written to {args.plot}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """The comparative VLM's answer to a question about two studies."""
+    from .comparison import ComparativeReader
+
+    reader = ComparativeReader.from_pretrained(args.model)
+    print(reader.answer(args.first, args.second, args.question, args.modality, tuple(args.labels)))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
+    from .evaluation import evaluate_retrieval
+    from .retrieval import RerankerScorer, RetrievalEncoder
+    from .training.data import MinedData
+
+    encoder = RetrievalEncoder.from_pretrained(args.model)
+    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    report = evaluate_retrieval(
+        encoder, MinedData(args.mined), args.split, reranker, args.rerank_top, progress=not args.quiet
+    )
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    for modality, levels in report["summary"].items():
+        for level, entry in levels.items():
+            systems = {k: v for k, v in entry.items() if isinstance(v, dict) and "recall@1" in v}
+            cells = "  ".join(
+                f"{name} R@1/3/5 {v['recall@1']:.2f}/{v['recall@3']:.2f}/{v['recall@5']:.2f}"
+                for name, v in systems.items()
+            )
+            print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
     return 0
 
 

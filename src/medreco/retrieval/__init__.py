@@ -1,5 +1,20 @@
 """Controllable retrieval: study encoding, the gallery index, search with reranking."""
 
 from .encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
+from .index import GalleryIndex, GalleryIndexError, SearchHit, entity_key
+from .search import RankedStudy, Searcher, attention_map, plot_montage
 
-__all__ = ["EncodedStudies", "RerankerScorer", "RetrievalEncoder", "fuse_scores"]
+__all__ = [
+    "EncodedStudies",
+    "GalleryIndex",
+    "GalleryIndexError",
+    "RankedStudy",
+    "RerankerScorer",
+    "RetrievalEncoder",
+    "SearchHit",
+    "Searcher",
+    "attention_map",
+    "entity_key",
+    "fuse_scores",
+    "plot_montage",
+]

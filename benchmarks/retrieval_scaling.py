@@ -1,0 +1,111 @@
+"""Query latency and memory of gallery search at 10k / 100k / 1M entity-conditioned embeddings.
+
+Systems, all in this process on the same random unit vectors (d = 512, the paper's width):
+- numpy brute force (the baseline): `gallery @ query` then argpartition;
+- exact (what `GalleryIndex.search` does): torch matmul + topk;
+- approximate: FAISS HNSW (M = 32, efSearch = 128), as `GalleryIndex.search(approximate=True)`,
+  with its recall@10 against exact search;
+and the time to add a new entity over 100k cached studies (conditioning the stored tokens of the
+tiny model: the same code as the paper-size model, cost scales with its width).
+
+    python benchmarks/retrieval_scaling.py --sizes 10000,100000,1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+import torch
+
+
+def percentile_ms(samples: list[float], q: float) -> float:
+    return float(np.percentile(samples, q) * 1000)
+
+
+def time_queries(search, queries: np.ndarray) -> list[float]:
+    times = []
+    for query in queries:
+        start = time.perf_counter()
+        search(query)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_size(size: int, dim: int, n_queries: int, rng: np.random.Generator) -> None:
+    import faiss
+
+    gallery = rng.standard_normal((size, dim), dtype=np.float32)
+    gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+    queries = gallery[rng.integers(0, size, n_queries)] + 0.1 * rng.standard_normal((n_queries, dim), dtype=np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    tensor = torch.from_numpy(gallery)
+
+    def numpy_search(q):
+        scores = gallery @ q
+        top = np.argpartition(-scores, 10)[:10]
+        return top[np.argsort(-scores[top])]
+
+    def exact_search(q):
+        return torch.topk(tensor @ torch.from_numpy(q), 10).indices.numpy()
+
+    baseline = time_queries(numpy_search, queries)
+    exact = time_queries(exact_search, queries)
+    start = time.perf_counter()
+    hnsw = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efSearch = 128
+    hnsw.add(gallery)
+    build = time.perf_counter() - start
+    approximate = time_queries(lambda q: hnsw.search(q[None], 10), queries)
+    recall = np.mean([len(set(exact_search(q)) & set(hnsw.search(q[None], 10)[1][0])) / 10 for q in queries])
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"{size:>9,} | numpy p50 {percentile_ms(baseline, 50):7.2f} ms p95 {percentile_ms(baseline, 95):7.2f} | "
+        f"exact p50 {percentile_ms(exact, 50):7.2f} ms p95 {percentile_ms(exact, 95):7.2f} "
+        f"({np.median(baseline) / np.median(exact):.1f}x numpy) | "
+        f"HNSW p50 {percentile_ms(approximate, 50):6.3f} ms p95 {percentile_ms(approximate, 95):6.3f} "
+        f"({np.median(baseline) / np.median(approximate):.0f}x numpy), recall@10 {recall:.3f}, build {build:.0f} s | "
+        f"gallery {gallery.nbytes / 2**20:.0f} MB, peak RSS {rss:.0f} MB"
+    )
+
+
+def bench_new_entity(studies: int) -> None:
+    """Condition `studies` stored token sets on a new entity with the tiny model (no image re-read)."""
+    from transformers import AutoTokenizer
+
+    import medreco
+    from medreco.factory import bundled_text_encoder_path
+    from medreco.processing import MedReCoImageProcessor
+    from medreco.retrieval import RetrievalEncoder
+
+    model = medreco.create_model("retrieval", "tiny")
+    encoder = RetrievalEncoder(
+        model, AutoTokenizer.from_pretrained(bundled_text_encoder_path()), MedReCoImageProcessor()
+    )
+    tokens = torch.randn(studies, 16, model.config.vision_config.hidden_size)
+    ids = torch.zeros(studies, dtype=torch.long)
+    start = time.perf_counter()
+    encoder.condition(tokens, ids, "Pleural effusion", batch_size=4096)
+    print(
+        f"new entity over {studies:,} cached studies (tiny model, 16 tokens each): {time.perf_counter() - start:.1f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--entity-studies", type=int, default=100_000)
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    rng = np.random.default_rng(0)
+    for size in (int(s) for s in args.sizes.split(",")):
+        bench_size(size, args.dim, args.queries, rng)
+    bench_new_entity(args.entity_studies)
+
+
+if __name__ == "__main__":
+    main()

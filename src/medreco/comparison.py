@@ -1,0 +1,73 @@
+"""Comparative interpretation: the stage-2 VLM answering a question about two studies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+class ComparativeReader:
+    """Loads a saved MedReCo VLM with its processor; `answer(a, b, question)` returns text.
+
+    Example:
+    ```python
+    >>> reader = ComparativeReader.from_pretrained("runs/stage2/final")
+    >>> reader.answer("prior.nii.gz", "current.nii.gz", "Has the pleural effusion changed?", modality="chest_ct",
+    ...               labels=("Prior", "Current"))
+    ```"""
+
+    def __init__(self, model, processor):
+        self.model = model.eval()
+        self.processor = processor
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> ComparativeReader:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        folder = Path(folder)
+        if not (folder / "config.json").exists():
+            raise FileNotFoundError(f"{folder}: not a saved MedReCo VLM (no config.json)")
+        return cls(AutoModelForImageTextToText.from_pretrained(folder), AutoProcessor.from_pretrained(folder))
+
+    def conversation(self, image_a, image_b, question: str, modality: str) -> list[dict]:
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": image_a, "modality": modality},
+                    {"type": "image", "image": image_b, "modality": modality},
+                    {"type": "text", "text": question},
+                ],
+            }
+        ]
+
+    @torch.no_grad()
+    def answer(
+        self,
+        image_a,
+        image_b,
+        question: str,
+        modality: str = "chest_xray",
+        labels: tuple[str, str] = ("Case A", "Case B"),
+        max_new_tokens: int = 32,
+    ) -> str:
+        """Greedy answer to `question` about two images of one modality (paths, arrays or loaded images)."""
+        if not question.strip():
+            raise ValueError("the question is empty")
+        inputs = self.processor.apply_chat_template(
+            self.conversation(image_a, image_b, question, modality),
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            image_labels=list(labels),
+        )
+        inputs = {
+            k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")
+        }
+        generated = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        new_tokens = generated[0, inputs["input_ids"].shape[1] :]
+        return self.processor.decode(new_tokens, skip_special_tokens=True).strip()
+
+
+__all__ = ["ComparativeReader"]
