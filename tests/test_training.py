@@ -420,3 +420,26 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
         == 0
     )
     assert capsys.readouterr().out.strip() != ""  # an (untrained, short) answer in text
+
+
+def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, toy, tmp_path):
+    from medreco.evaluation.vqa import closed_accuracy
+
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(
+        toy,
+        stage1_out / "final",
+        tmp_path,
+        "include_open_ended=false",
+        "data.max_train_samples=null",
+        "optimization.epochs=4",
+        "optimization.learning_rate=3e-3",
+        "projector_learning_rate=3e-3",
+    )
+    torch.manual_seed(0)
+    trainer = Stage2Trainer(config)
+    rows = trainer.data.rows("vqa", "train")
+    before = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
+    trainer.train()
+    after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
+    assert after >= 0.8 and after > before + 0.2, (before, after)

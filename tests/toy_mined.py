@@ -92,7 +92,8 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
                                 "split": split,
                             }
                         )
-        for a, b in zip(members[::2], members[1::2]):
+        pairs = [(members[i], members[(i + shift) % len(members)]) for i in range(len(members)) for shift in (1, 2, 3)]
+        for a, b in pairs:
             for entity, noun in ((EFFUSION, "pleural effusion"), (CARDIO, "cardiomegaly")):
                 answer = "A" if labels[b][entity] else "B"
                 vqa.append(
