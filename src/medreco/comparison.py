@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from .training.stage2 import conversation
+
 
 class ComparativeReader:
     """Loads a saved MedReCo VLM with its processor; `answer(a, b, question)` returns text.
@@ -30,18 +32,6 @@ class ComparativeReader:
             raise FileNotFoundError(f"{folder}: not a saved MedReCo VLM (no config.json)")
         return cls(AutoModelForImageTextToText.from_pretrained(folder), AutoProcessor.from_pretrained(folder))
 
-    def conversation(self, image_a, image_b, question: str, modality: str) -> list[dict]:
-        return [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image", "image": image_a, "modality": modality},
-                    {"type": "image", "image": image_b, "modality": modality},
-                    {"type": "text", "text": question},
-                ],
-            }
-        ]
-
     @torch.no_grad()
     def answer(
         self,
@@ -56,7 +46,7 @@ class ComparativeReader:
         if not question.strip():
             raise ValueError("the question is empty")
         inputs = self.processor.apply_chat_template(
-            self.conversation(image_a, image_b, question, modality),
+            conversation(question, modality, images=[image_a, image_b]),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
@@ -65,7 +55,10 @@ class ComparativeReader:
         inputs = {
             k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")
         }
-        generated = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        end_of_turn = self.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")  # answers end their turn
+        generated = self.model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=end_of_turn
+        )
         new_tokens = generated[0, inputs["input_ids"].shape[1] :]
         return self.processor.decode(new_tokens, skip_special_tokens=True).strip()
 

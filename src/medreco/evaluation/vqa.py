@@ -10,22 +10,14 @@ from collections.abc import Sequence
 
 import torch
 
-from ..training.stage2 import LETTERS, closed_prompt
+from ..training.stage2 import LETTERS, closed_prompt, conversation
 
 
 @torch.no_grad()
 def choose_option(model, processor, images: Sequence, modality: str, question: str, options: Sequence[str]) -> str:
     """The letter (A, B, ...) the model finds most likely as the first answer token."""
-    conversation = [
-        {
-            "role": "user",
-            "content": [
-                *({"type": "image", "image": image, "modality": modality} for image in images),
-                {"type": "text", "text": closed_prompt(question, list(options))},
-            ],
-        }
-    ]
-    inputs = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True)
+    messages = conversation(closed_prompt(question, list(options)), modality, images=list(images))
+    inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")}
     logits = model(**inputs).logits[0, -1]
     letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in LETTERS[: len(options)]]

@@ -41,17 +41,15 @@ def closed_answer(options: list[str], answer: str) -> str:
     return f"{answer}. {options[LETTERS.index(answer)]}"
 
 
-def conversation(question_text: str, modality: str, answer: str | None = None, labels=("Case A", "Case B")) -> list:
-    """A two-image conversation in the processor's chat format."""
-    user = {
-        "role": "user",
-        "content": [
-            {"type": "image", "modality": modality},
-            {"type": "image", "modality": modality},
-            {"type": "text", "text": question_text},
-        ],
-    }
-    messages = [user]
+def conversation(question_text: str, modality: str, answer: str | None = None, images: list | None = None) -> list:
+    """A two-image conversation in the processor's chat format. Without `images` the image blocks
+    are placeholders that TRL's collator fills from the dataset's `images` column."""
+    blocks = (
+        [{"type": "image", "modality": modality} for _ in range(2)]
+        if images is None
+        else [{"type": "image", "image": image, "modality": modality} for image in images]
+    )
+    messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": question_text}]}]
     if answer is not None:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
     return messages
