@@ -22,7 +22,7 @@ from ..factory import create_model
 from ..modeling import MedReCoReranker, select_top_tokens
 from ..retrieval.encoder import RetrievalEncoder
 from .config import RerankerTrainingConfig, to_dict
-from .data import ImageStore, MinedData, check_nonempty
+from .data import ImageStore, MinedData, batch_size_rule, check_nonempty
 from .loop import Phase, PhaseResult, train_phase
 from .stage1 import entity_prompts
 
@@ -146,7 +146,7 @@ class RerankerTrainer:
             "reranker",
             pairs,
             [p.modality for p in pairs],
-            lambda m: optimization.batch_size_3d if processor.recipe(m).size[0] > 1 else optimization.batch_size_2d,
+            batch_size_rule(processor, optimization.batch_size_2d, optimization.batch_size_3d),
             collate,
             lambda model, batch: model(**batch).loss,
         )

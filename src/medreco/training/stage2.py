@@ -24,7 +24,7 @@ from ..factory import PRESETS, create_model, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor
 from .config import RecipeError, Stage2Config, to_dict
-from .data import MinedData, check_nonempty
+from .data import MinedData, check_nonempty, is_volumetric
 from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
 
 logger = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class Stage2Trainer:
     @property
     def batch_size(self) -> int:
         modalities = {self.data.studies[s].modality for s in self.data.studies}
-        volumetric = any(self.processor.image_processor.recipe(m).size[0] > 1 for m in modalities)
+        volumetric = any(is_volumetric(m, self.processor.image_processor) for m in modalities)
         optimization = self.config.optimization
         return min(optimization.batch_size_2d, optimization.batch_size_3d) if volumetric else optimization.batch_size_2d
 
