@@ -448,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.handler(args)
+    except ModuleNotFoundError as error:
+        extra = {"accelerate": "train", "trl": "train", "peft": "train", "faiss": "index", "matplotlib": "ui"}
+        hint = extra.get((error.name or "").split(".")[0])
+        advice = f'pip install "medreco[{hint}]"' if hint else f"pip install {error.name}"
+        print(f"medreco {args.command}: error: needs the package {error.name!r} ({advice})", file=sys.stderr)
+        return 2
     except (MedReCoError, ValueError) as error:
         # one line naming the file and the problem; exit code 2, like argparse's usage errors
         print(f"medreco {args.command}: error: {error}", file=sys.stderr)
