@@ -3,7 +3,13 @@ import math
 import pytest
 import torch
 
-from medreco.modeling import smooth_ap_loss, symmetric_infonce_loss, triplet_loss_with_hard_negatives, triplet_relevance
+from medreco.modeling import (
+    contrastive_ranking_loss,
+    smooth_ap_loss,
+    symmetric_infonce_loss,
+    triplet_loss_with_hard_negatives,
+    triplet_relevance,
+)
 
 
 def test_infonce_matches_hand_computation():
@@ -76,3 +82,26 @@ def test_ranking_inputs_must_match():
 def test_triplet_relevance_layout():
     relevance = triplet_relevance(2)
     assert relevance.tolist() == [[1, -1, 0, -1], [-1, 1, -1, 0]]
+
+
+def test_contrastive_ranking_loss_matches_hand_computation():
+    similarity = torch.tensor([[0.9, 0.1, 0.5, 0.0], [0.2, 0.3, 0.1, 0.4]])
+    relevance = torch.tensor([[1, 0, 0, -1], [-1, 1, -1, 0]])
+    scale = torch.tensor([math.log(10.0)])
+    # anchor 0: positive 0.9 against negatives 0.1, 0.5; anchor 1: positive 0.3 against 0.4 (unknowns left out)
+    first = -math.log(math.exp(9) / (math.exp(9) + math.exp(1) + math.exp(5)))
+    second = -math.log(math.exp(3) / (math.exp(3) + math.exp(4)))
+    loss = contrastive_ranking_loss(similarity, relevance, scale)
+    assert loss.item() == pytest.approx((first + second) / 2, rel=1e-5)
+
+
+def test_contrastive_ranking_loss_rewards_the_right_order_and_trains_the_temperature():
+    relevance = torch.tensor([[1, 0, 0]])
+    scale = torch.tensor([math.log(14.0)], requires_grad=True)
+    right = contrastive_ranking_loss(torch.tensor([[0.9, 0.1, 0.2]]), relevance, scale)
+    wrong = contrastive_ranking_loss(torch.tensor([[0.1, 0.9, 0.2]]), relevance, scale)
+    assert right < math.log(3) < wrong
+    right.backward()
+    assert scale.grad is not None and scale.grad.item() < 0  # a sharper softmax helps a correct order
+    empty = contrastive_ranking_loss(torch.zeros(1, 2, requires_grad=True), torch.tensor([[1, -1]]), scale)
+    assert empty.item() == 0.0

@@ -63,7 +63,13 @@ def test_retrieval_summary_groups_and_tests():
             name: {"recall@1": hit, "recall@3": 1.0, "recall@5": 1.0, "ndcg@5": hit}
             for name, hit in (("entity", entity_hit), ("holistic", holistic_hit))
         }
-        return {"modality": modality, "level": entity_level(entity), "systems": systems}
+        return {
+            "modality": modality,
+            "level": entity_level(entity),
+            "systems": systems,
+            "gallery_size": 4,
+            "relevant": ["a"],
+        }
 
     results = [result("chest_ct", "ct/abnormal/x@y", 1.0, 0.0) for _ in range(6)]
     results += [result("chest_xray", "cxr/anatomy/z", 0.0, 0.0) for _ in range(2)]
@@ -73,3 +79,61 @@ def test_retrieval_summary_groups_and_tests():
     assert summary["all"]["all"]["entity"]["recall@1"] == pytest.approx(6 / 8)
     assert summary["chest_ct"]["all"]["mcnemar_recall@1"]["entity vs holistic"]["p_value"] == pytest.approx(2 / 64)
     assert summary["chest_xray"]["anatomy"]["holistic"]["recall@1_ci95"][0] == 0.0
+    # one relevant study among four: a random ranking finds it first 1/4 of the time, in the top 3 3/4
+    assert summary["all"]["all"]["chance"] == {"recall@1": 0.25, "recall@3": 0.75, "recall@5": 1.0}
+
+
+def test_chance_recall_by_hand():
+    from medreco.evaluation.retrieval import chance_recall
+
+    assert chance_recall(10, 2, 1) == pytest.approx(0.2)
+    assert chance_recall(10, 2, 3) == pytest.approx(1 - (8 * 7 * 6) / (10 * 9 * 8))
+    assert chance_recall(3, 1, 5) == 1.0
+
+
+def test_entity_f1_counts_clinical_facts_by_hand():
+    from medreco.evaluation import clinical_facts, entity_f1
+
+    facts = clinical_facts("Moderate right pleural effusion. No consolidation.", "chest_xray", _decomposer())
+    effusion = "cxr/abnormal/pleural-effusion@pleura"
+    assert {(effusion, "status", "positive"), (effusion, "side", "right"), (effusion, "grade", 2)} <= facts
+    assert ("cxr/abnormal/lung-consolidation@pulmonary-parenchyma", "status", "negative") in facts
+    same = entity_f1(["Moderate right pleural effusion."], ["Moderate right pleural effusion."], ["chest_xray"])
+    assert same == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+    # the side is wrong: the side facts of the finding and of its anatomy (pleura) differ, the rest agree
+    reference = clinical_facts("Moderate left pleural effusion.", "chest_xray", _decomposer())
+    prediction = clinical_facts("Moderate right pleural effusion.", "chest_xray", _decomposer())
+    shared = len(reference & prediction)
+    expected = 2 * shared / (len(reference) + len(prediction))
+    scores = entity_f1(["Moderate right pleural effusion."], ["Moderate left pleural effusion."], ["chest_xray"])
+    assert scores["f1"] == pytest.approx(expected) and 0 < scores["f1"] < 1
+    assert entity_f1([""], ["Moderate left pleural effusion."], ["chest_xray"])["f1"] == 0.0
+
+
+def _decomposer():
+    from medreco.data.decomposition import RuleBasedDecomposer
+
+    return RuleBasedDecomposer()
+
+
+def test_bertscore_with_the_bundled_encoder():
+    from medreco.evaluation import BERTScorer
+
+    scorer = BERTScorer()
+    identical = scorer.score(["small left pleural effusion"], ["small left pleural effusion"])
+    assert identical["f1"] == pytest.approx(1.0, abs=1e-5)
+    close = scorer.score(["small left pleural effusion"], ["small left effusion"])["f1"]
+    far = scorer.score(["the heart size is normal"], ["small left effusion"])["f1"]
+    assert far < close < 1.0
+    assert scorer.score([""], ["small left effusion"])["f1"] == 0.0
+
+
+def test_text_only_baseline_learns_the_language_prior():
+    from medreco.evaluation import text_only_baseline
+
+    train = [{"question": "Which case shows effusion?", "options": ["Both cases", "Neither case"], "answer": "A"}] * 5
+    test = [
+        {"question": "Which case shows effusion?", "options": ["Neither case", "Both cases"], "answer": "B"},
+        {"question": "Which case shows effusion?", "options": ["Both cases", "Neither case"], "answer": "B"},
+    ]
+    assert text_only_baseline(train, test) == [True, False]

@@ -63,6 +63,20 @@ def test_any_free_text_entity_is_encoded_with_the_bundled_encoder():
     )
 
 
+def test_repeated_entity_texts_are_encoded_once_with_the_same_result():
+    model = tiny_model("retrieval").eval()
+    ids = torch.tensor([[101, 5, 6, 102], [101, 7, 102, 0], [101, 5, 6, 102], [101, 5, 6, 102]])
+    mask = (ids > 0).long()
+    calls = []
+    hook = model.text_encoder.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[0]))
+    with torch.no_grad():
+        shared = model.embed_unique_texts(ids, mask)
+        separate = model.get_text_embeddings(ids, mask)
+    hook.remove()
+    assert calls == [2, 4]  # two distinct texts, then all four
+    torch.testing.assert_close(shared, separate)
+
+
 def test_text_freezing_control():
     model = medreco.create_model("retrieval", "tiny", freeze_text_encoder=True)
     assert not any(p.requires_grad for p in model.text_encoder.backbone.parameters())
@@ -131,7 +145,7 @@ def triplet_accuracy(model, batch) -> float:
     return (out.similarity[rows, rows] > out.similarity[rows, rows + len(rows)]).float().mean().item()
 
 
-@pytest.mark.parametrize("ranking_loss", ["triplet", "smooth_ap"])
+@pytest.mark.parametrize("ranking_loss", ["triplet", "smooth_ap", "contrastive"])
 def test_learns_entity_conditioned_ranking(ranking_loss):
     model = medreco.create_model("retrieval", "tiny", ranking_loss=ranking_loss)
     generator = torch.Generator().manual_seed(0)

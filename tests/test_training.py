@@ -443,3 +443,17 @@ def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, to
     trainer.train()
     after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
     assert after >= 0.8 and after > before + 0.2, (before, after)
+
+
+def test_entity_batches_give_each_ranking_batch_one_entity(toy, tmp_path):
+    trainer = Stage1Trainer(stage1_config(toy, tmp_path, "entity_batches=true", "ranking.batch_size_2d=4"))
+    phase = trainer.ranking_phase()
+    sampler = ModalityBatchSampler(phase.modalities, phase.batch_size_for)
+    batches = sampler.epoch_batches(0)
+    assert batches and sum(map(len, batches)) == len(phase.items)
+    for batch in batches:
+        rows = [phase.items[i] for i in batch]
+        assert len({(r["modality"], r["entity_id"]) for r in rows}) == 1
+        assert len(batch) <= 4
+    mixed = Stage1Trainer(stage1_config(toy, tmp_path)).ranking_phase()
+    assert set(mixed.modalities) == {r["modality"] for r in mixed.items}

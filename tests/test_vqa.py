@@ -135,3 +135,34 @@ def test_filters_and_the_language_prior(mined):
         )
         is not None
     )
+
+
+def test_longitudinal_questions_from_the_follow_up_table():
+    from medreco.data.ontology import Ontology
+    from medreco.data.vqa import CHANGE_OPTIONS, LETTERS, change_sentence, longitudinal_questions
+
+    rows = [
+        {
+            "prior": "P1-CT1",
+            "current": "P1-CT2",
+            "entity_id": "ct/abnormal/pleural-effusion@pleura",
+            "label": label,
+            "attribute": attribute,
+            "split": "test",
+        }
+        for label, attribute in (("new", "presence"), ("increased", "size"), ("stable", "overall"))
+    ]
+    questions = longitudinal_questions(rows, Ontology.load(), seed=3)
+    assert questions == longitudinal_questions(rows, Ontology.load(), seed=3)  # reproducible
+    for row, question in zip(rows, questions):
+        assert question["study_a"] == "P1-CT1" and question["study_b"] == "P1-CT2"
+        assert len(question["options"]) == 4 and len(set(question["options"])) == 4
+        assert set(question["options"]) <= set(CHANGE_OPTIONS)
+        assert question["options"][LETTERS.index(question["answer"])] == row["label"]
+        assert "pleural effusion" in question["question"] and question["label"] == row["label"]
+    assert [q["open_answer"] for q in questions] == [
+        "The pleural effusion is new.",
+        "The pleural effusion has increased in size.",
+        "The pleural effusion is stable.",
+    ]
+    assert change_sentence("nodule", "qualitatively changed", "margins") == "The nodule has changed in character."

@@ -315,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=_evaluate)
 
+    demo = commands.add_parser("demo", help="the whole system on the synthetic cohort: train, evaluate, report")
+    demo.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
+    demo.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
+    demo.add_argument("--patients", type=int, help="synthetic patients (default 200; quick 40)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.set_defaults(handler=_demo)
+
     manifest = commands.add_parser("manifest", help="write a mining manifest from MIMIC-CXR or CT-RATE")
     manifest.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
     manifest.add_argument("root", help="the dataset's root folder")
@@ -436,6 +444,34 @@ def _evaluate(args: argparse.Namespace) -> int:
                 for name, v in systems.items()
             )
             print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """The whole system on the synthetic cohort: train, evaluate, write the report."""
+    from .demo import DemoConfig, run_demo
+
+    config = DemoConfig(
+        out_dir=args.out, quick=args.quick, patients=args.patients, seed=args.seed, progress=not args.quiet
+    )
+    metrics = run_demo(config)
+    closed = metrics["vqa"]["closed"]
+    print(f"\nMedReCo demo finished in {metrics['wall_time_seconds']['total']:.0f} s; outputs in {args.out}/")
+    for modality, levels in metrics["retrieval"].items():
+        entry = levels["all"]
+        cells = "  ".join(
+            f"{system} {entry[system]['recall@1']:.3f}"
+            for system in ("entity", "entity+rerank", "holistic")
+            if system in entry
+        )
+        print(f"  retrieval Recall@1 {modality:<11} (n={entry['queries']}): {cells}")
+    print(
+        f"  closed VQA accuracy: VLM {closed['vlm']['accuracy']:.3f}  text-only {closed['text_only']['accuracy']:.3f}"
+        f"  (n={closed['vlm']['questions']})"
+    )
+    follow_up = metrics["longitudinal"]
+    print(f"  longitudinal change accuracy: {follow_up['accuracy']:.3f} (n={follow_up['questions']})")
+    print(f"  report: {Path(args.out) / 'report.html'}  metrics: {Path(args.out) / 'metrics.json'}")
     return 0
 
 

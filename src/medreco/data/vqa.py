@@ -179,19 +179,64 @@ def closed_questions(
     if longitudinal:
         change = consistent_change_label(a, b)
         if change is not None:
-            pool = ["new", "resolved", "increased", "decreased", "stable", "qualitatively changed"]
-            options, letter = _four(change.label, pool, rng)
-            out.append(
-                (
-                    "change",
-                    f"How has the {noun} changed from the prior to the current study?",
-                    options,
-                    letter,
-                    f"The {noun} has {'become ' if change.label == 'stable' else ''}{change.label}"
-                    + (f" in {change.attribute}." if change.attribute not in ("presence", "overall") else "."),
-                )
-            )
+            out.append(("change", *change_question(noun, change.label, change.attribute, rng)))
     return out
+
+
+CHANGE_OPTIONS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
+
+
+def change_sentence(noun: str, label: str, attribute: str) -> str:
+    """The reference answer for an interval change ("The nodule has increased in size.")."""
+    if label == "new":
+        return f"The {noun} is new."
+    if label == "stable":
+        return f"The {noun} is stable."
+    if label == "qualitatively changed":
+        return f"The {noun} has changed in character."
+    detail = f" in {attribute}" if attribute not in ("presence", "overall") else ""
+    return f"The {noun} has {label}{detail}."
+
+
+def change_question(noun: str, label: str, attribute: str, rng: np.random.Generator) -> tuple:
+    """(question, four options, answer letter, open answer) asking how a finding changed."""
+    options, letter = _four(label, list(CHANGE_OPTIONS), rng)
+    question = f"How has the {noun} changed from the prior to the current study?"
+    return question, options, letter, change_sentence(noun, label, attribute)
+
+
+def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[dict]:
+    """Closed questions from the mined longitudinal table (prior, current, entity_id, label,
+    attribute): the follow-up benchmark of MedReCo section 4.4, in the VQA table's columns (the
+    prior is `study_a`, labelled "Prior"), with `label` and `attribute` kept for stratified scores."""
+    questions = []
+    for row in rows:
+        rng = np.random.default_rng(
+            int(
+                hashlib.sha256(f"{seed}:{row['prior']}:{row['current']}:{row['entity_id']}".encode()).hexdigest()[:8],
+                16,
+            )
+        )
+        noun = _noun(ontology[row["entity_id"]])
+        question, options, letter, open_answer = change_question(noun, row["label"], row["attribute"], rng)
+        questions.append(
+            {
+                "study_a": row["prior"],
+                "study_b": row["current"],
+                "entity_id": row["entity_id"],
+                "dimension": "change",
+                "question": question,
+                "options": options,
+                "answer": letter,
+                "open_question": f"Compare the {noun} between Prior and Current.",
+                "open_answer": open_answer,
+                "labels": ["Prior", "Current"],
+                "split": row["split"],
+                "label": row["label"],
+                "attribute": row["attribute"],
+            }
+        )
+    return questions
 
 
 def generate_vqa(
@@ -410,16 +455,20 @@ def filter_vqa(
 
 
 __all__ = [
+    "CHANGE_OPTIONS",
     "LETTERS",
     "TextOnlyAnswerer",
     "VQAFilterReport",
     "VQASample",
+    "change_question",
+    "change_sentence",
     "closed_questions",
     "deduplicate",
     "depends_on_both_images",
     "filter_vqa",
     "generate_vqa",
     "language_prior_filter",
+    "longitudinal_questions",
     "shuffle_and_swap",
     "template_answer",
     "vqa_over_pairs",

@@ -2,13 +2,28 @@
 
 from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
 from .retrieval import entity_level, evaluate_retrieval, summarize_retrieval
-from .vqa import choose_option, closed_accuracy
+from .text import BERTScorer, clinical_facts, entity_f1
+from .vqa import (
+    choose_option,
+    closed_accuracy,
+    evaluate_closed_vqa,
+    evaluate_longitudinal,
+    evaluate_open_ended,
+    sample_rows,
+    text_only_baseline,
+)
 
 __all__ = [
+    "BERTScorer",
     "bleu",
     "choose_option",
+    "clinical_facts",
     "closed_accuracy",
+    "entity_f1",
     "entity_level",
+    "evaluate_closed_vqa",
+    "evaluate_longitudinal",
+    "evaluate_open_ended",
     "evaluate_retrieval",
     "exact_match",
     "mcnemar_test",
@@ -16,6 +31,8 @@ __all__ = [
     "ndcg_at_k",
     "recall_at_k",
     "rouge_l",
+    "sample_rows",
     "summarize_retrieval",
+    "text_only_baseline",
     "wilson_interval",
 ]

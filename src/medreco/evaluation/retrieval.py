@@ -15,6 +15,7 @@ McNemar tests on Recall@1 between systems."""
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -137,9 +138,17 @@ def _rank(gallery: list[str], scores: torch.Tensor) -> list[str]:
     return [gallery[i] for i in order]
 
 
+def chance_recall(gallery_size: int, relevant: int, k: int) -> float:
+    """Expected Recall@k of a random ranking: 1 - C(n - r, k) / C(n, k)."""
+    if k >= gallery_size:
+        return 1.0
+    return 1.0 - math.comb(gallery_size - relevant, k) / math.comb(gallery_size, k)
+
+
 def summarize_retrieval(results: list[dict]) -> dict:
     """Per modality and entity level (and "all"): each system's Recall@k with Wilson intervals,
-    NDCG@5, and McNemar tests on Recall@1 of entity vs holistic and entity+rerank vs entity."""
+    NDCG@5, McNemar tests on Recall@1 of entity vs holistic and entity+rerank vs entity, and the
+    Recall@k a random ranking would get on the same queries (`chance`)."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for result in results:
         for modality in (result["modality"], "all"):
@@ -166,8 +175,12 @@ def summarize_retrieval(results: list[dict]) -> dict:
                     [bool(m["systems"][b]["recall@1"]) for m in members],
                 )
         entry["mcnemar_recall@1"] = tests
+        entry["chance"] = {
+            f"recall@{k}": float(np.mean([chance_recall(m["gallery_size"], len(m["relevant"]), k) for m in members]))
+            for k in KS
+        }
         summary.setdefault(modality, {})[level] = entry
     return summary
 
 
-__all__ = ["KS", "entity_level", "evaluate_retrieval", "summarize_retrieval"]
+__all__ = ["KS", "chance_recall", "entity_level", "evaluate_retrieval", "summarize_retrieval"]

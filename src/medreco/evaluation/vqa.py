@@ -1,16 +1,25 @@
-"""Closed-ended VQA accuracy of the comparative VLM.
+"""Comparative VQA evaluation: closed-ended accuracy against a text-only baseline, the
+longitudinal follow-up benchmark (accuracy by finding, attribute and change label, with a
+confusion matrix) and open-ended answer scores.
 
-The model reads the two images and the question with its lettered options (the stage-2 prompt)
-and its answer is the option letter with the highest next-token logit after the assistant turn
-opens: no free-text parsing, and every question gets exactly one answer."""
+Closed questions are answered without free-text parsing: the model reads the two images and the
+question with its lettered options (the stage-2 prompt), and its answer is the option letter with
+the highest next-token logit after the assistant turn opens, so every question gets exactly one
+answer."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter, defaultdict
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
+from tqdm.auto import tqdm
 
+from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
 from ..training.stage2 import LETTERS, closed_prompt, conversation
+from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 
 
 @torch.no_grad()
@@ -24,16 +33,126 @@ def choose_option(model, processor, images: Sequence, modality: str, question: s
     return LETTERS[int(torch.argmax(logits[letter_ids]))]
 
 
-def closed_accuracy(model, processor, rows: Sequence[dict], studies: dict) -> dict:
+def closed_accuracy(model, processor, rows: Sequence[dict], studies: dict, progress: bool = False) -> dict:
     """Accuracy over mined VQA rows (study_a, study_b, question, options, answer); `studies` maps
-    study ids to objects with `image` and `modality`."""
+    study ids to objects with `image` and `modality`. Also returns each row's predicted letter."""
     model.eval()
-    hits = []
-    for row in rows:
+    predicted = []
+    for row in tqdm(rows, desc="closed VQA", unit="question", disable=not progress):
         a, b = studies[row["study_a"]], studies[row["study_b"]]
-        predicted = choose_option(model, processor, [a.image, b.image], a.modality, row["question"], row["options"])
-        hits.append(predicted == row["answer"])
-    return {"accuracy": sum(hits) / len(hits) if hits else 0.0, "questions": len(hits), "correct": hits}
+        predicted.append(
+            choose_option(model, processor, [a.image, b.image], a.modality, row["question"], row["options"])
+        )
+    hits = [p == row["answer"] for p, row in zip(predicted, rows, strict=True)]
+    return {
+        "accuracy": sum(hits) / len(hits) if hits else 0.0,
+        "questions": len(hits),
+        "correct": hits,
+        "predicted": predicted,
+    }
 
 
-__all__ = ["choose_option", "closed_accuracy"]
+def text_only_baseline(train_rows: Sequence[dict], rows: Sequence[dict]) -> list[bool]:
+    """Whether the text-only answerer (question wording and options only, fitted on `train_rows`)
+    gets each of `rows` right: the language prior the VLM must beat."""
+    answerer = TextOnlyAnswerer().fit([SimpleNamespace(**row) for row in train_rows])
+    return [answerer.predict(row["question"], row["options"]) == row["answer"] for row in rows]
+
+
+def _rate(hits: Sequence[bool]) -> dict:
+    low, high = wilson_interval(sum(hits), len(hits))
+    return {"accuracy": sum(hits) / len(hits) if hits else 0.0, "questions": len(hits), "ci95": [low, high]}
+
+
+def evaluate_closed_vqa(
+    model, processor, rows: Sequence[dict], train_rows: Sequence[dict], studies: dict, progress: bool = False
+) -> dict:
+    """The VLM's closed-ended accuracy overall and per question dimension, the text-only
+    baseline's on the same questions, and the exact McNemar test between the two."""
+    vlm = closed_accuracy(model, processor, rows, studies, progress)["correct"]
+    text = text_only_baseline(train_rows, rows)
+    by_dimension = defaultdict(list)
+    for row, hit in zip(rows, vlm, strict=True):
+        by_dimension[row.get("dimension", "all")].append(hit)
+    return {
+        "vlm": _rate(vlm),
+        "text_only": _rate(text),
+        "mcnemar": mcnemar_test(vlm, text),
+        "by_dimension": {name: _rate(hits) for name, hits in sorted(by_dimension.items())},
+    }
+
+
+def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict, progress: bool = False) -> dict:
+    """Follow-up benchmark rows (`medreco.data.vqa.longitudinal_questions`): accuracy overall and by
+    finding (entity), attribute and true change label, plus the confusion matrix of change labels
+    (rows: true label, columns: the label of the option the model chose)."""
+    result = closed_accuracy(model, processor, rows, studies, progress)
+    strata: dict[str, dict[str, list[bool]]] = {"entity": defaultdict(list), "attribute": defaultdict(list)}
+    strata["label"] = defaultdict(list)
+    confusion: dict[str, Counter] = {label: Counter() for label in CHANGE_OPTIONS}
+    for row, letter, hit in zip(rows, result["predicted"], result["correct"], strict=True):
+        strata["entity"][row["entity_id"]].append(hit)
+        strata["attribute"][row["attribute"]].append(hit)
+        strata["label"][row["label"]].append(hit)
+        confusion.setdefault(row["label"], Counter())[row["options"][LETTERS.index(letter)]] += 1
+    return {
+        **_rate(result["correct"]),
+        **{f"by_{name}": {key: _rate(hits) for key, hits in sorted(groups.items())} for name, groups in strata.items()},
+        "confusion": {
+            "labels": list(CHANGE_OPTIONS),
+            "matrix": [[confusion[t][p] for p in CHANGE_OPTIONS] for t in CHANGE_OPTIONS],
+        },
+    }
+
+
+def evaluate_open_ended(reader, rows: Sequence[dict], studies: dict, bert_scorer=None, progress: bool = False) -> dict:
+    """Generate answers to the rows' open questions with a `ComparativeReader` and score them
+    against the reference answers: BLEU-4, ROUGE-L, METEOR, BERTScore F1 (when a scorer is
+    given) and entity F1. Returns the scores and the (question, reference, answer) examples."""
+    from .text import entity_f1
+
+    predictions, references, modalities, examples = [], [], [], []
+    for row in tqdm(rows, desc="open-ended VQA", unit="question", disable=not progress):
+        a, b = studies[row["study_a"]], studies[row["study_b"]]
+        answer = reader.answer(a.image, b.image, row["open_question"], a.modality)
+        predictions.append(answer)
+        references.append(row["open_answer"])
+        modalities.append(a.modality)
+        examples.append(
+            {
+                "study_a": row["study_a"],
+                "study_b": row["study_b"],
+                "question": row["open_question"],
+                "reference": row["open_answer"],
+                "answer": answer,
+            }
+        )
+    scores = {
+        "questions": len(rows),
+        "bleu": bleu(predictions, references),
+        "rouge_l": rouge_l(predictions, references),
+        "meteor": meteor(predictions, references),
+        "entity_f1": entity_f1(predictions, references, modalities)["f1"],
+    }
+    if bert_scorer is not None:
+        scores["bertscore_f1"] = bert_scorer.score(predictions, references)["f1"]
+    return {"scores": scores, "examples": examples}
+
+
+def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[dict]:
+    """At most `limit` rows, drawn reproducibly (all of them when `limit` is None)."""
+    rows = list(rows)
+    if limit is None or len(rows) <= limit:
+        return rows
+    return random.Random(seed).sample(rows, limit)
+
+
+__all__ = [
+    "choose_option",
+    "closed_accuracy",
+    "evaluate_closed_vqa",
+    "evaluate_longitudinal",
+    "evaluate_open_ended",
+    "sample_rows",
+    "text_only_baseline",
+]

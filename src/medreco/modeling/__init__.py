@@ -8,7 +8,13 @@ from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
 from .configuration_medreco import BIOLORD_2023, MedReCoConditionerConfig, MedReCoConfig, MedReCoRerankerConfig
 from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig
 from .configuration_vlm import MedReCoVLMConfig
-from .losses import smooth_ap_loss, symmetric_infonce_loss, triplet_loss_with_hard_negatives, triplet_relevance
+from .losses import (
+    contrastive_ranking_loss,
+    smooth_ap_loss,
+    symmetric_infonce_loss,
+    triplet_loss_with_hard_negatives,
+    triplet_relevance,
+)
 from .modeling_medreco import ConditionerOutput, MedReCoConditioner, MedReCoModel, MedReCoOutput, MedReCoTextEncoder
 from .modeling_reranker import MedReCoReranker, RerankerOutput, select_top_tokens
 from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, count_active_parameters
@@ -64,6 +70,7 @@ __all__ = [
     "count_active_parameters",
     "register_auto_classes",
     "select_top_tokens",
+    "contrastive_ranking_loss",
     "smooth_ap_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",

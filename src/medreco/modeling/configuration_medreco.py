@@ -61,7 +61,7 @@ class MedReCoConfig(PreTrainedConfig):
     logit_scale_init_value: float = 2.6592
     triplet_margin: float = 0.2
     triplet_mining: Literal["semi_hard", "hardest", "all"] = "semi_hard"
-    ranking_loss: Literal["triplet", "smooth_ap"] = "triplet"
+    ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
     smooth_ap_temperature: float = 0.01
     initializer_range: float = 0.02
 

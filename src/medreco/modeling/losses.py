@@ -79,6 +79,28 @@ def smooth_ap_loss(similarity: torch.Tensor, relevance: torch.Tensor, temperatur
     return 1 - average_precision.mean()
 
 
+def contrastive_ranking_loss(
+    similarity: torch.Tensor, relevance: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
+    """Multi-positive InfoNCE over the labelled candidates (supervised contrastive, Khosla et al.,
+    2020): each (anchor, positive) pair is a softmax over that positive and all the anchor's
+    negatives, at the model's learnable temperature. Unlike a margin, the temperature amplifies
+    small cosine differences, so features that start nearly identical (small models trained from
+    scratch) still receive a useful gradient instead of settling in the collapsed state where
+    every triplet costs exactly the margin. Unknown pairs (-1) are left out."""
+    check_ranking_inputs(similarity, relevance)
+    negatives = relevance == 0
+    usable = (relevance == 1) & negatives.any(dim=1, keepdim=True)
+    if not usable.any():
+        return similarity.sum() * 0.0
+    logits = logit_scale.exp().float() * similarity.float()
+    negative_logits = logits.masked_fill(~negatives, float("-inf"))
+    anchor_index, positive_index = usable.nonzero(as_tuple=True)
+    positive_logits = logits[anchor_index, positive_index]
+    denominator = torch.logaddexp(positive_logits, torch.logsumexp(negative_logits[anchor_index], dim=1))
+    return (denominator - positive_logits).mean()
+
+
 def check_ranking_inputs(similarity: torch.Tensor, relevance: torch.Tensor) -> None:
     if similarity.shape != relevance.shape or similarity.ndim != 2:
         raise ValueError(
@@ -98,6 +120,7 @@ def triplet_relevance(num_anchors: int, device: torch.device | None = None) -> t
 
 
 __all__ = [
+    "contrastive_ranking_loss",
     "smooth_ap_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",

@@ -17,7 +17,13 @@ from transformers.utils import ModelOutput
 
 from .blocks import ModalityExpertsFeedForward, check_modality_ids
 from .configuration_medreco import MedReCoConditionerConfig, MedReCoConfig
-from .losses import smooth_ap_loss, symmetric_infonce_loss, triplet_loss_with_hard_negatives, triplet_relevance
+from .losses import (
+    contrastive_ranking_loss,
+    smooth_ap_loss,
+    symmetric_infonce_loss,
+    triplet_loss_with_hard_negatives,
+    triplet_relevance,
+)
 from .modeling_utils import MedReCoPreTrainedModel
 from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
 
@@ -248,6 +254,16 @@ class MedReCoModel(MedReCoPreTrainedModel):
         """L2-normalised embeddings of reports or entity prompts, `(B, hidden)`."""
         return self.text_encoder(input_ids, attention_mask, token_type_ids)
 
+    def embed_unique_texts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`get_text_embeddings` with each distinct text encoded once: a batch asks about a few
+        entities many times, and the text encoder is the costliest part of a ranking step."""
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        unique, inverse = torch.unique(torch.cat([input_ids, mask], dim=1), dim=0, return_inverse=True)
+        if unique.shape[0] == input_ids.shape[0]:
+            return self.get_text_embeddings(input_ids, attention_mask)
+        width = input_ids.shape[1]
+        return self.get_text_embeddings(unique[:, :width], unique[:, width:])[inverse]
+
     @torch.no_grad()
     def encode_entity_texts(self, texts: list[str], tokenizer, batch_size: int = 64) -> torch.Tensor:
         """Embeddings of free-text entity names, `(E, hidden)`; any text works, known or not."""
@@ -331,7 +347,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
 
         entity_embeddings = None
         if entity_input_ids is not None:
-            entity_embeddings = self.get_text_embeddings(entity_input_ids, entity_attention_mask)
+            entity_embeddings = self.embed_unique_texts(entity_input_ids, entity_attention_mask)
         anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
         if candidate_modality_ids is None:
             raise ValueError("candidate_modality_ids is required with candidate_pixel_values")
@@ -354,7 +370,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
                         "without relevance, candidates must be [positives; negatives], one of each per anchor"
                     )
                 relevance = triplet_relevance(similarity.shape[0], similarity.device)
-            if self.config.ranking_loss == "smooth_ap":
+            if self.config.ranking_loss == "contrastive":
+                loss = contrastive_ranking_loss(similarity, relevance, self.logit_scale)
+            elif self.config.ranking_loss == "smooth_ap":
                 loss = smooth_ap_loss(similarity, relevance, self.config.smooth_ap_temperature)
             else:
                 loss = triplet_loss_with_hard_negatives(

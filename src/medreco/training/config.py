@@ -88,8 +88,9 @@ class Stage1Config:
     data: DataConfig = field(default_factory=DataConfig)
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)
-    ranking_loss: Literal["triplet", "smooth_ap"] = "triplet"
+    ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
     triplet_margin: float = 0.2
+    entity_batches: bool = False  # ranking batches of one entity (and modality) rather than mixed entities
     max_report_tokens: int = 256
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage1"))
 
@@ -131,6 +132,7 @@ class Stage2Config:
     projector_learning_rate: float = 1e-4
     freeze_vision_tower: bool = True
     include_open_ended: bool = True
+    include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
     lora: LoraSettings = field(default_factory=LoraSettings)
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage2"))
 

@@ -155,11 +155,16 @@ class Stage1Trainer:
                 "relevance": ranking_relevance(batch_rows, candidates, lookup, patient_of),
             }
 
+        size_rule = batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d)
+        groups = [r["modality"] for r in rows]
+        if self.config.entity_batches:
+            # "modality|entity" keys: the sampler makes batches homogeneous in both
+            groups = [f"{r['modality']}|{r['entity_id']}" for r in rows]
         return Phase(
             "stage1/ranking",
             rows,
-            [r["modality"] for r in rows],
-            batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
+            groups,
+            lambda group: size_rule(group.split("|")[0]),
             collate,
             lambda model, batch: model(**batch).loss,
         )

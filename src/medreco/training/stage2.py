@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import SequentialSampler
 from transformers import AutoTokenizer
 
+from ..data.ontology import Ontology
+from ..data.vqa import longitudinal_questions
 from ..factory import PRESETS, create_model, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor
@@ -55,10 +57,20 @@ def conversation(question_text: str, modality: str, answer: str | None = None, i
     return messages
 
 
-def vqa_examples(data: MinedData, split: str, include_open_ended: bool) -> list[dict]:
-    """Conversations (messages + image paths + modality) from the mined VQA table."""
+def closed_rows(data: MinedData, split: str, include_longitudinal: bool = True) -> list[dict]:
+    """The split's VQA rows, then (optionally) its longitudinal follow-up questions in the same columns."""
+    rows = data.rows("vqa", split)
+    if include_longitudinal:
+        rows = rows + longitudinal_questions(data.rows("longitudinal", split), Ontology.load())
+    return rows
+
+
+def vqa_examples(
+    data: MinedData, split: str, include_open_ended: bool, include_longitudinal: bool = True
+) -> list[dict]:
+    """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables."""
     examples = []
-    for row in data.rows("vqa", split):
+    for row in closed_rows(data, split, include_longitudinal):
         modality = data.studies[row["study_a"]].modality
         images = [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image]
         examples.append(
@@ -223,7 +235,7 @@ class Stage2Trainer:
     def dataset(self):
         import datasets
 
-        examples = vqa_examples(self.data, "train", self.config.include_open_ended)
+        examples = vqa_examples(self.data, "train", self.config.include_open_ended, self.config.include_longitudinal)
         random.Random(self.config.run.seed).shuffle(examples)
         examples = examples[: self.config.data.max_train_samples or None]
         check_nonempty(examples, "training VQA samples", self.data.directory)
@@ -332,5 +344,6 @@ __all__ = [
     "homogeneous_order",
     "lora_config",
     "train_stage2",
+    "closed_rows",
     "vqa_examples",
 ]

@@ -1,0 +1,246 @@
+"""`medreco demo`: the whole system on the synthetic cohort, on a CPU, in minutes.
+
+Steps (each timed): write the synthetic cohort (DICOM, NIfTI, PNG, reports) -> mine its reports
+(entity statements, retrieval relevance, triplets, VQA, longitudinal labels) -> train stage 1,
+the reranker and stage 2 with the `tiny` recipe -> evaluate retrieval (entity, entity+rerank,
+holistic), closed and open-ended VQA (against a text-only baseline) and the longitudinal
+follow-up benchmark on the held-out patients -> write `metrics.json`, `report.md`, `report.html`
+and the figures. Every trained model is saved with `save_pretrained` under `models/`.
+
+A finished step is not redone when the demo is run again on the same folder (delete the folder,
+or the step's subfolder, to start over)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Relevance from report statements: the embedding metric (MiniLM here, BioLORD in the paper) and
+# attribute agreement must both be high for a positive and both low for a negative.
+POSITIVE_THRESHOLD = {"embedding": 0.8, "agreement": 0.99}
+NEGATIVE_THRESHOLD = {"embedding": 0.75, "agreement": 0.01}
+
+
+@dataclass
+class DemoConfig:
+    """Sizes of a demo run. `quick` (for CI) shrinks every step to fit in about 3 minutes on two
+    cores; the default run fits in about 15. Fields left None take the size of the chosen mode."""
+
+    out_dir: str = "medreco-demo"
+    quick: bool = False
+    patients: int | None = None
+    stage1_steps: int | None = None
+    reranker_steps: int | None = None
+    stage2_steps: int | None = None
+    stage2_batch_size: int | None = None
+    closed_questions: int | None = None  # closed VQA test questions scored (sampled)
+    open_questions: int | None = None  # open-ended test questions answered and scored (sampled)
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        sizes = QUICK if self.quick else FULL
+        for name, value in sizes.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        if self.patients < 10:
+            raise ValueError("the demo needs at least 10 patients (train, validation and test splits)")
+
+
+FULL = {
+    "patients": 200,
+    "stage1_steps": 800,
+    "reranker_steps": 150,
+    "stage2_steps": 250,
+    "stage2_batch_size": 8,
+    "closed_questions": 300,
+    "open_questions": 40,
+}
+QUICK = {
+    "patients": 40,
+    "stage1_steps": 120,
+    "reranker_steps": 20,
+    "stage2_steps": 30,
+    "stage2_batch_size": 4,
+    "closed_questions": 40,
+    "open_questions": 6,
+}
+
+
+class Stopwatch:
+    """Wall time of named steps, in seconds."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name: str, step: Callable[[], object]):
+        logger.info("demo: %s", name)
+        start = time.perf_counter()
+        result = step()
+        self.seconds[name] = round(time.perf_counter() - start, 2)
+        return result
+
+
+def _done(folder: Path) -> bool:
+    return (folder / "config.json").exists()
+
+
+def run_demo(config: DemoConfig) -> dict:
+    """Run every step and write the outputs under `config.out_dir`; returns the metrics."""
+    from ..data.mining import MiningConfig, mine
+    from ..data.phantom import PhantomConfig, generate_cohort
+    from ..training import load_recipe, train_stage
+    from ..training.data import MinedData
+
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = Stopwatch()
+    started = time.perf_counter()
+    cohort, mined, models = out / "cohort", out / "mined", out / "models"
+    stage1 = models / "stage1"
+
+    if not (cohort / "manifest.jsonl").exists():
+        phantom = PhantomConfig(num_patients=config.patients, size="tiny", seed=config.seed)
+        clock.run("cohort", lambda: generate_cohort(phantom, cohort, progress=config.progress))
+    if not (mined / "summary.json").exists():
+        mining = MiningConfig(
+            positive_threshold=POSITIVE_THRESHOLD,
+            negative_threshold=NEGATIVE_THRESHOLD,
+            workers=min(2, os.cpu_count() or 1),
+            seed=config.seed,
+        )
+        clock.run("mining", lambda: mine(cohort / "manifest.jsonl", mined, mining, progress=config.progress))
+
+    common = [f"data.mined_dir={mined}", f"run.progress={str(config.progress).lower()}", f"run.seed={config.seed}"]
+    cache = f"data.tensor_cache_dir={out / 'cache'}"
+    stages = {
+        "stage1": [
+            f"ranking.max_steps={config.stage1_steps}",
+            # multi-positive InfoNCE: the margin loss leaves this cohort's features collapsed
+            "ranking_loss=contrastive",
+        ],
+        "reranker": [cache, f"retrieval_model={stage1 / 'final'}", f"optimization.max_steps={config.reranker_steps}"],
+        "stage2": [
+            cache,
+            f"vision_model={stage1 / 'final'}",
+            f"optimization.max_steps={config.stage2_steps}",
+            f"optimization.batch_size_2d={config.stage2_batch_size}",
+            f"optimization.batch_size_3d={config.stage2_batch_size}",
+            "data.max_train_samples=null",
+        ],
+    }
+    for stage, overrides in stages.items():
+        if not _done(models / stage / "final"):
+            recipe = load_recipe("tiny", stage, [*common, f"run.output_dir={models / stage}", *overrides])
+            clock.run(stage, lambda stage=stage, recipe=recipe: train_stage(stage, recipe))
+
+    data = MinedData(mined)
+    metrics = clock.run("evaluation", lambda: evaluate_demo(config, data, models, out))
+    metrics["wall_time_seconds"] = {**clock.seconds, "total": round(time.perf_counter() - started, 2)}
+    metrics["run"] = {
+        "config": asdict(config),
+        "mined": json.loads((mined / "summary.json").read_text()),
+        "models": {name: str(models / name / "final") for name in ("stage1", "reranker", "stage2")},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
+    }
+    from .report import write_report
+
+    write_report(metrics, out)
+    return metrics
+
+
+def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
+    """Retrieval, closed and open-ended VQA and longitudinal scores on the test split."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from ..comparison import ComparativeReader
+    from ..data.ontology import Ontology
+    from ..data.vqa import longitudinal_questions
+    from ..evaluation import (
+        BERTScorer,
+        evaluate_closed_vqa,
+        evaluate_longitudinal,
+        evaluate_open_ended,
+        evaluate_retrieval,
+        sample_rows,
+    )
+    from ..retrieval import RerankerScorer, RetrievalEncoder
+
+    encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
+    scorer = RerankerScorer.from_pretrained(models / "reranker" / "final")
+    retrieval = evaluate_retrieval(encoder, data, "test", scorer, rerank_top=10, progress=config.progress)
+    (out / "retrieval_queries.json").write_text(json.dumps(retrieval["queries"]))
+
+    vlm_folder = models / "stage2" / "final"
+    model = AutoModelForImageTextToText.from_pretrained(vlm_folder).eval()
+    processor = AutoProcessor.from_pretrained(vlm_folder)
+    closed_rows = sample_rows(data.rows("vqa", "test"), config.closed_questions, config.seed)
+    closed = evaluate_closed_vqa(
+        model, processor, closed_rows, data.rows("vqa", "train"), data.studies, config.progress
+    )
+    follow_up = longitudinal_questions(data.rows("longitudinal", "test"), Ontology.load(), config.seed)
+    longitudinal = evaluate_longitudinal(model, processor, follow_up, data.studies, config.progress)
+    open_rows = sample_rows(
+        [r for r in data.rows("vqa", "test") if r.get("open_question")], config.open_questions, config.seed
+    )
+    open_ended = evaluate_open_ended(
+        ComparativeReader(model, processor), open_rows, data.studies, BERTScorer(), config.progress
+    )
+    return {
+        "retrieval": retrieval["summary"],
+        "vqa": {"closed": closed, "open_ended": open_ended["scores"], "examples": open_ended["examples"]},
+        "longitudinal": longitudinal,
+        "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
+    }
+
+
+def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | None:
+    """Index the test studies of one modality and plot a search for a query whose entity-conditioned
+    top hit is relevant (the first query when none is): the `medreco search --plot` picture."""
+    from ..retrieval import GalleryIndex, Searcher, plot_montage
+    from ..training.stage1 import entity_prompts
+
+    if not queries:
+        return None
+    chosen = next((q for q in queries if q["systems"]["entity"]["recall@1"]), queries[0])
+    modality = chosen["modality"]
+    gallery = [s for s in data.study_ids("test") if data.studies[s].modality == modality]
+    index = GalleryIndex(out / "index", encoder)
+    index.add(gallery, [data.studies[s].image for s in gallery], [modality] * len(gallery), progress=False)
+    patient = data.studies[chosen["query"]].patient_id
+    exclude = {s for s in gallery if data.studies[s].patient_id == patient}
+    prompt = entity_prompts().get(chosen["entity_id"], chosen["entity_id"])
+    hits, extras = Searcher(index, scorer).search(
+        data.studies[chosen["query"]].image, modality, prompt, top_k=4, rerank_top=10, exclude=exclude
+    )
+    processor = encoder.image_processor
+    path = plot_montage(
+        processor.preprocess_one(data.studies[chosen["query"]].image, modality),
+        extras["query_attention"],
+        hits,
+        [processor.preprocess_one(data.studies[h.study_id].image, modality) for h in hits],
+        extras["hit_attention"],
+        encoder.model.config.vision_config.patch_size,
+        out / "figures" / "montage.png",
+        title=f"{chosen['query']}: {prompt}",
+    )
+    relevant = set(chosen.get("relevant", []))
+    return {
+        "query": chosen["query"],
+        "entity": prompt,
+        "figure": str(path.relative_to(out)),
+        "hits": [{**h.to_dict(), "relevant": h.study_id in relevant} for h in hits],
+    }
+
+
+__all__ = ["DemoConfig", "evaluate_demo", "run_demo"]

@@ -1,0 +1,257 @@
+"""The demo's outputs for people: `metrics.json`, `report.md`, `report.html` and figures
+(Recall@k bars for entity vs holistic retrieval, the retrieval montage with attention heat-maps,
+the confusion matrix of change labels). Files are written atomically."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+
+SYSTEMS = ("entity", "entity+rerank", "holistic")
+
+
+def _write_text(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def recall_bars(retrieval: dict, path: Path) -> Path:
+    """Recall@1/3/5 per modality (all entity levels), one bar per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modalities = [m for m in retrieval if m != "all"] + ["all"]
+    figure, axes = plt.subplots(1, len(modalities), figsize=(4.2 * len(modalities), 3.4), squeeze=False)
+    for axis, modality in zip(axes[0], modalities):
+        entry = retrieval[modality]["all"]
+        systems = [s for s in SYSTEMS if s in entry]
+        width = 0.8 / len(systems)
+        for offset, system in enumerate(systems):
+            values = [entry[system][f"recall@{k}"] for k in (1, 3, 5)]
+            low = [v - entry[system][f"recall@{k}_ci95"][0] for v, k in zip(values, (1, 3, 5))]
+            high = [entry[system][f"recall@{k}_ci95"][1] - v for v, k in zip(values, (1, 3, 5))]
+            positions = [k + (offset - (len(systems) - 1) / 2) * width for k in range(3)]
+            axis.bar(positions, values, width, yerr=[low, high], capsize=2, label=system)
+        if "chance" in entry:
+            chance = [entry["chance"][f"recall@{k}"] for k in (1, 3, 5)]
+            axis.scatter(range(3), chance, marker="_", s=900, color="black", zorder=3, label="chance")
+        axis.set_xticks(range(3), ["R@1", "R@3", "R@5"])
+        axis.set_ylim(0, 1)
+        axis.set_title(f"{modality} (n={entry['queries']})", fontsize=10)
+    axes[0][0].set_ylabel("recall (95% Wilson CI)")
+    axes[0][-1].legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def confusion_plot(confusion: dict, path: Path) -> Path:
+    """Change-label confusion matrix: true label (rows) against the model's answer (columns)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels, matrix = confusion["labels"], np.array(confusion["matrix"])
+    figure, axis = plt.subplots(figsize=(5.4, 4.6))
+    axis.imshow(matrix, cmap="Blues")
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            axis.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8)
+    short = [label.replace("qualitatively changed", "changed") for label in labels]
+    axis.set_xticks(range(len(labels)), short, rotation=40, ha="right", fontsize=8)
+    axis.set_yticks(range(len(labels)), short, fontsize=8)
+    axis.set_xlabel("model's answer")
+    axis.set_ylabel("true change (from the reports)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def markdown_report(metrics: dict) -> str:
+    """The report as Markdown (tables and links to the figures)."""
+    lines = ["# MedReCo demo on the synthetic cohort", ""]
+    run = metrics.get("run", {})
+    config = run.get("config", {})
+    mined = run.get("mined", {})
+    lines += [
+        f"{config.get('patients', '?')} synthetic patients ({mined.get('studies', '?')} studies: chest X-ray and "
+        f"chest CT, two time points each); held-out test patients only. Mode: "
+        f"{'quick' if config.get('quick') else 'default'}.",
+        "",
+        "## Controllable retrieval (test split)",
+        "",
+        "Recall@k in %, with the 95% Wilson interval of Recall@1. `entity`: entity-conditioned similarity; "
+        "`entity+rerank`: its top 10 reordered by the fused reranker score; `holistic`: the same model "
+        "without an entity (whole-image similarity); *chance*: the expected recall of a random ranking of "
+        "the same galleries. Relevant = the two reports agree on the entity (mention status and attributes).",
+        "",
+        "| modality | level | queries | system | R@1 [95% CI] | R@3 | R@5 | NDCG@5 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for modality, levels in metrics["retrieval"].items():
+        shown = {k: v for k, v in levels.items() if not (k == "all" and len(levels) == 2)}  # "all" = the one level
+        for level, entry in shown.items():
+            chance = entry.get("chance")
+            if chance:
+                lines.append(
+                    f"| {modality} | {level} | {entry['queries']} | *chance* | {_percent(chance['recall@1'])} | "
+                    f"{_percent(chance['recall@3'])} | {_percent(chance['recall@5'])} | |"
+                )
+            for system in (s for s in SYSTEMS if s in entry):
+                stats = entry[system]
+                low, high = stats["recall@1_ci95"]
+                lines.append(
+                    f"| {modality} | {level} | {entry['queries']} | {system} | {_percent(stats['recall@1'])} "
+                    f"[{_percent(low)}-{_percent(high)}] | {_percent(stats['recall@3'])} | "
+                    f"{_percent(stats['recall@5'])} | {_percent(stats['ndcg@5'])} |"
+                )
+    overall = metrics["retrieval"].get("all", {}).get("all", {})
+    test = overall.get("mcnemar_recall@1", {}).get("entity vs holistic")
+    if test:
+        lines += ["", f"McNemar (Recall@1, entity vs holistic, all queries): p = {test['p_value']:.3g}."]
+    lines += ["", "![Recall@k](figures/recall_bars.png)", ""]
+    montage = metrics.get("montage")
+    if montage:
+        marks = ", ".join(
+            f"#{h['rank']} {h['study_id']} ({'relevant' if h['relevant'] else 'not relevant'})" for h in montage["hits"]
+        )
+        lines += [
+            f"Search for `{montage['query']}` under *{montage['entity']}*: {marks}. Heat-maps show the "
+            "conditioner's attention over each image.",
+            "",
+            f"![montage]({montage['figure']})",
+            "",
+        ]
+    closed = metrics["vqa"]["closed"]
+    lines += [
+        "## Comparative VQA (test split)",
+        "",
+        "| system | closed-ended accuracy % [95% CI] | questions |",
+        "|---|---|---|",
+    ]
+    for name, label in (
+        ("vlm", "MedReCo-VLM (images + question)"),
+        ("text_only", "text-only baseline (question only)"),
+    ):
+        entry = closed[name]
+        lines.append(
+            f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
+            f"| {entry['questions']} |"
+        )
+    lines += ["", f"McNemar (VLM vs text-only): p = {closed['mcnemar']['p_value']:.3g}.", ""]
+    lines += ["| question dimension | VLM accuracy % | questions |", "|---|---|---|"]
+    for name, entry in closed["by_dimension"].items():
+        lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+    scores = metrics["vqa"]["open_ended"]
+    lines += [
+        "",
+        f"Open-ended answers ({scores['questions']} questions): "
+        + ", ".join(f"{name} {value:.3f}" for name, value in scores.items() if name != "questions")
+        + ". BERTScore uses the bundled MiniLM (no rescaling); entity F1 compares the clinical facts "
+        "(entity, status, attributes) our report parser reads from answer and reference.",
+        "",
+        "| images | question | reference | model's answer |",
+        "|---|---|---|---|",
+    ]
+    for example in metrics["vqa"].get("examples", [])[:6]:
+        lines.append(
+            f"| {example['study_a']} vs {example['study_b']} | {example['question']} | {example['reference']} | "
+            f"{example['answer'] or '(empty)'} |"
+        )
+    longitudinal = metrics["longitudinal"]
+    lines += [
+        "",
+        "## Longitudinal follow-up (same patient, prior vs current)",
+        "",
+        f"Change-label accuracy: {_percent(longitudinal['accuracy'])}% of {longitudinal['questions']} questions "
+        f"(95% CI {_percent(longitudinal['ci95'][0])}-{_percent(longitudinal['ci95'][1])}).",
+        "",
+        "| stratum | value | accuracy % | questions |",
+        "|---|---|---|---|",
+    ]
+    for stratum in ("by_label", "by_attribute", "by_entity"):
+        for value, entry in longitudinal[stratum].items():
+            lines.append(f"| {stratum[3:]} | {value} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+    lines += ["", "![confusion matrix](figures/confusion.png)", "", "## Wall time (seconds)", ""]
+    lines += ["| step | seconds |", "|---|---|"]
+    lines += [f"| {name} | {value:.1f} |" for name, value in metrics.get("wall_time_seconds", {}).items()]
+    models = run.get("models", {})
+    if models:
+        lines += ["", "Trained models (load with `AutoModel` / `AutoModelForImageTextToText.from_pretrained`):", ""]
+        lines += [f"- {name}: `{path}`" for name, path in models.items()]
+    return "\n".join(lines) + "\n"
+
+
+def html_report(markdown: str) -> str:
+    """A self-contained HTML rendering of the Markdown report (tables, headings, images, text)."""
+    body, table = [], []
+
+    def flush_table():
+        if not table:
+            return
+        rows = [r for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
+        cells = [[html.escape(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
+        head = "".join(f"<th>{c}</th>" for c in cells[0])
+        rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
+        body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rest}</tbody></table>")
+        table.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush_table()
+        if line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("!["):
+            alt, src = line[2:].split("](", 1)
+            body.append(f'<p><img alt="{html.escape(alt)}" src="{html.escape(src.rstrip(")"))}"></p>')
+        elif line.startswith("- "):
+            body.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.strip():
+            body.append(f"<p>{html.escape(line)}</p>")
+    flush_table()
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
+        "img{max-width:100%}"
+    )
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>MedReCo demo</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
+    """Figures, `metrics.json`, `report.md` and `report.html` under `out`."""
+    out = Path(out)
+    figures = out / "figures"
+    recall_bars(metrics["retrieval"], figures / "recall_bars.png")
+    confusion_plot(metrics["longitudinal"]["confusion"], figures / "confusion.png")
+    markdown = markdown_report(metrics)
+    paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "html": out / "report.html"}
+    _write_text(paths["metrics"], json.dumps(metrics, indent=1, default=str))
+    _write_text(paths["markdown"], markdown)
+    _write_text(paths["html"], html_report(markdown))
+    return paths
+
+
+__all__ = ["confusion_plot", "html_report", "markdown_report", "recall_bars", "write_report"]

@@ -1,0 +1,120 @@
+"""`medreco demo --quick`: the main job end to end on the synthetic cohort, from the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoImageProcessor, AutoModel, AutoModelForImageTextToText, AutoProcessor
+
+from medreco.cli import main
+from medreco.demo.report import html_report, markdown_report
+
+SYSTEMS = ("entity", "entity+rerank", "holistic")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--quick", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_demo_writes_metrics_with_the_documented_schema(demo):
+    metrics = json.loads((demo / "metrics.json").read_text())
+    assert set(metrics) >= {"retrieval", "vqa", "longitudinal", "wall_time_seconds", "run", "montage"}
+    assert set(metrics["retrieval"]) == {"chest_xray", "chest_ct", "all"}
+    for modality, levels in metrics["retrieval"].items():
+        assert "all" in levels and "abnormality" in levels, modality
+        for entry in levels.values():
+            assert entry["queries"] > 0
+            for system in SYSTEMS:
+                stats = entry[system]
+                for k in (1, 3, 5):
+                    assert 0.0 <= stats[f"recall@{k}"] <= 1.0
+                    low, high = stats[f"recall@{k}_ci95"]
+                    assert low <= stats[f"recall@{k}"] <= high
+                assert stats["recall@1"] <= stats["recall@3"] <= stats["recall@5"]
+            assert "entity vs holistic" in entry["mcnemar_recall@1"]
+    closed = metrics["vqa"]["closed"]
+    assert closed["vlm"]["questions"] == closed["text_only"]["questions"] > 0
+    assert 0.0 <= closed["vlm"]["accuracy"] <= 1.0 and 0.0 <= closed["text_only"]["accuracy"] <= 1.0
+    assert set(metrics["vqa"]["open_ended"]) == {"questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"}
+    follow_up = metrics["longitudinal"]
+    assert follow_up["questions"] > 0
+    matrix = follow_up["confusion"]["matrix"]
+    assert sum(map(sum, matrix)) == follow_up["questions"]
+    correct = sum(matrix[i][i] for i in range(len(matrix)))
+    assert correct == pytest.approx(follow_up["accuracy"] * follow_up["questions"])
+    assert set(follow_up) >= {"by_entity", "by_attribute", "by_label"}
+    times = metrics["wall_time_seconds"]
+    assert set(times) >= {"cohort", "mining", "stage1", "reranker", "stage2", "evaluation", "total"}
+    assert times["total"] >= sum(v for k, v in times.items() if k != "total") - 1
+
+
+def test_demo_writes_reports_figures_and_loadable_models(demo):
+    for name in ("report.md", "report.html", "figures/recall_bars.png", "figures/confusion.png", "figures/montage.png"):
+        assert (demo / name).stat().st_size > 0, name
+    html = (demo / "report.html").read_text()
+    assert "<table>" in html and 'src="figures/recall_bars.png"' in html and "Recall" in html
+    models = demo / "models"
+    retrieval = AutoModel.from_pretrained(models / "stage1" / "final")
+    assert retrieval.config.model_type == "medreco"
+    assert AutoImageProcessor.from_pretrained(models / "stage1" / "final") is not None
+    assert AutoModel.from_pretrained(models / "reranker" / "final").config.model_type == "medreco_reranker"
+    vlm = AutoModelForImageTextToText.from_pretrained(models / "stage2" / "final")
+    assert vlm.config.model_type == "medreco_vlm"
+    assert AutoProcessor.from_pretrained(models / "stage2" / "final") is not None
+
+
+def test_demo_privacy_nothing_identifying_in_outputs(demo):
+    """The cohort's DICOM files carry fake names, IDs and institutions; none may reach the outputs."""
+    import pydicom
+
+    first = next((demo / "cohort" / "patients").rglob("*.dcm"))
+    header = pydicom.dcmread(first, stop_before_pixels=True)
+    secrets = [str(header.PatientName), str(header.PatientID), str(header.InstitutionName)]
+    for name in ("metrics.json", "report.md", "report.html", "retrieval_queries.json"):
+        text = (demo / name).read_text()
+        for secret in secrets:
+            assert secret not in text, (name, secret)
+
+
+def test_demo_rerun_reuses_finished_steps(demo, capsys):
+    before = (demo / "models" / "stage1" / "final" / "model.safetensors").stat().st_mtime_ns
+    assert main(["demo", "--quick", "--out", str(demo), "--quiet"]) == 0
+    assert (demo / "models" / "stage1" / "final" / "model.safetensors").stat().st_mtime_ns == before
+    metrics = json.loads((demo / "metrics.json").read_text())
+    assert "stage1" not in metrics["wall_time_seconds"]  # not retrained
+    assert "Recall@1" in capsys.readouterr().out
+
+
+def test_markdown_and_html_reports_render_tables():
+    entry = {
+        "queries": 4,
+        **{
+            s: {
+                **{f"recall@{k}": 0.5 for k in (1, 3, 5)},
+                **{f"recall@{k}_ci95": [0.2, 0.8] for k in (1, 3, 5)},
+                "ndcg@5": 0.5,
+            }
+            for s in SYSTEMS
+        },
+        "mcnemar_recall@1": {"entity vs holistic": {"b": 1, "c": 0, "p_value": 1.0}},
+    }
+    rate = {"accuracy": 0.5, "questions": 2, "ci95": [0.1, 0.9]}
+    metrics = {
+        "retrieval": {"all": {"all": entry}},
+        "vqa": {
+            "closed": {"vlm": rate, "text_only": rate, "mcnemar": {"p_value": 1.0}, "by_dimension": {"presence": rate}},
+            "open_ended": {"questions": 1, "bleu": 0.1},
+            "examples": [{"study_a": "a", "study_b": "b", "question": "q?", "reference": "r <b>", "answer": ""}],
+        },
+        "longitudinal": {**rate, "by_label": {"new": rate}, "by_attribute": {}, "by_entity": {}},
+    }
+    markdown = markdown_report(metrics)
+    assert "| all | all | 4 | entity | 50.0 [20.0-80.0]" in markdown
+    page = html_report(markdown)
+    assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
+    assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped
