@@ -75,10 +75,30 @@ def test_demo_privacy_nothing_identifying_in_outputs(demo):
     first = next((demo / "cohort" / "patients").rglob("*.dcm"))
     header = pydicom.dcmread(first, stop_before_pixels=True)
     secrets = [str(header.PatientName), str(header.PatientID), str(header.InstitutionName)]
-    for name in ("metrics.json", "report.md", "report.html", "retrieval_queries.json"):
+    cards = [f"models/{stage}/final/README.md" for stage in ("stage1", "reranker", "stage2")]
+    for name in ("metrics.json", "report.md", "report.html", "retrieval_queries.json", *cards):
         text = (demo / name).read_text()
         for secret in secrets:
             assert secret not in text, (name, secret)
+
+
+def test_demo_models_carry_hub_model_cards(demo):
+    from huggingface_hub import ModelCard
+
+    for stage, tag in (("stage1", "medreco-retrieval"), ("reranker", "medreco-reranker"), ("stage2", "medreco-vlm")):
+        card = ModelCard.load(demo / "models" / stage / "final" / "README.md")
+        assert card.data.library_name == "transformers" and tag in card.data.tags
+        assert "synthetic" in card.text and "No patient data" in card.text and "| phase | steps |" in card.text
+        assert "## Evaluation" in card.text and "not for clinical use" in card.text
+
+
+def test_model_card_refuses_unknown_families():
+    from medreco.hub import model_card
+
+    with pytest.raises(ValueError, match="unknown family"):
+        model_card("segmenter")
+    text = model_card("reranker", {"reranker": {"steps": 3, "first_loss": 0.7, "last_loss": 0.5}}).text
+    assert "| reranker | 3 | 0.7000 | 0.5000 |" in text and "AutoModel" in text
 
 
 def test_demo_rerun_reuses_finished_steps(demo, capsys):

@@ -155,8 +155,51 @@ def run_demo(config: DemoConfig) -> dict:
     }
     from .report import write_report
 
+    write_model_cards(metrics, models)
     write_report(metrics, out)
     return metrics
+
+
+CARD_DATA = (
+    "Trained by `medreco demo` on the synthetic cohort of `medreco phantom` (generated thoraxes with "
+    "co-occurring, evolving findings; chest X-ray and chest CT; template reports). No patient data "
+    "was used. Supervision was mined from the reports with `medreco mine`."
+)
+CARD_LIMITS = (
+    "A tiny model trained for minutes on a CPU to demonstrate the pipeline; its scores on the synthetic "
+    "test split are in the evaluation table and are not evidence of clinical performance. Not a medical "
+    "device; not for clinical use."
+)
+
+
+def _phases(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
+    return {summary["phase"]: summary} if "phase" in summary else summary
+
+
+def write_model_cards(metrics: dict, models: Path) -> None:
+    """A Hub model card (`README.md`) in each trained model's folder, with its demo scores."""
+    from ..hub import model_card, write_model_card
+
+    overall = metrics["retrieval"]["all"]["all"]
+    evaluation = {
+        "stage1": [("synthetic retrieval, entity", f"recall@{k}", overall["entity"][f"recall@{k}"]) for k in (1, 3, 5)]
+        + [("synthetic retrieval, holistic", "recall@1", overall["holistic"]["recall@1"])],
+        "reranker": [("synthetic retrieval, entity+rerank", "recall@1", overall["entity+rerank"]["recall@1"])],
+        "stage2": [
+            ("synthetic closed VQA", "accuracy", metrics["vqa"]["closed"]["vlm"]["accuracy"]),
+            ("synthetic longitudinal VQA", "accuracy", metrics["longitudinal"]["accuracy"]),
+            *[
+                ("synthetic open VQA", name, value)
+                for name, value in metrics["vqa"]["open_ended"].items()
+                if name != "questions"
+            ],
+        ],
+    }
+    for stage, family in (("stage1", "retrieval"), ("reranker", "reranker"), ("stage2", "vlm")):
+        folder = models / stage / "final"
+        card = model_card(family, _phases(folder), evaluation[stage], CARD_DATA, CARD_LIMITS)
+        write_model_card(card, folder)
 
 
 def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
@@ -243,4 +286,4 @@ def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | No
     }
 
 
-__all__ = ["DemoConfig", "evaluate_demo", "run_demo"]
+__all__ = ["DemoConfig", "evaluate_demo", "run_demo", "write_model_cards"]

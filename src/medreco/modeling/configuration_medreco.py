@@ -42,8 +42,9 @@ class MedReCoConfig(PreTrainedConfig):
     it. The shared embedding size is the vision encoder's `hidden_size`.
 
     Losses (paper, section 4.5): symmetric image-report InfoNCE for warm-up; entity-conditioned
-    triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), or SmoothAP
-    (`ranking_loss="smooth_ap"`) as in the published code."""
+    triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), SmoothAP
+    (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
+    the learnable temperature (`ranking_loss="contrastive"`)."""
 
     model_type = "medreco"
     sub_configs_defaults = {
