@@ -218,11 +218,12 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
         sample_rows,
     )
     from ..retrieval import RerankerScorer, RetrievalEncoder
+    from .report import write_text_atomically
 
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
     scorer = RerankerScorer.from_pretrained(models / "reranker" / "final")
     retrieval = evaluate_retrieval(encoder, data, "test", scorer, rerank_top=10, progress=config.progress)
-    (out / "retrieval_queries.json").write_text(json.dumps(retrieval["queries"]))
+    write_text_atomically(out / "retrieval_queries.json", json.dumps(retrieval["queries"]))
 
     vlm_folder = models / "stage2" / "final"
     model = AutoModelForImageTextToText.from_pretrained(vlm_folder).eval()

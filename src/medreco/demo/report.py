@@ -12,7 +12,8 @@ from pathlib import Path
 SYSTEMS = ("entity", "entity+rerank", "holistic")
 
 
-def _write_text(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write aside, then rename into place: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
@@ -248,10 +249,10 @@ def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
     confusion_plot(metrics["longitudinal"]["confusion"], figures / "confusion.png")
     markdown = markdown_report(metrics)
     paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "html": out / "report.html"}
-    _write_text(paths["metrics"], json.dumps(metrics, indent=1, default=str))
-    _write_text(paths["markdown"], markdown)
-    _write_text(paths["html"], html_report(markdown))
+    write_text_atomically(paths["metrics"], json.dumps(metrics, indent=1, default=str))
+    write_text_atomically(paths["markdown"], markdown)
+    write_text_atomically(paths["html"], html_report(markdown))
     return paths
 
 
-__all__ = ["confusion_plot", "html_report", "markdown_report", "recall_bars", "write_report"]
+__all__ = ["write_text_atomically", "confusion_plot", "html_report", "markdown_report", "recall_bars", "write_report"]
