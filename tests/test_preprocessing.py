@@ -60,6 +60,25 @@ def test_ct_window_and_mri_percentiles():
     assert mri.min() == 0 and mri.max() == 1 and (mri == 0).float().mean() == pytest.approx(0.1, abs=0.02)
 
 
+def test_recipe_standardisation_is_applied_after_scaling_and_saved(tmp_path):
+    image = MedReCoImageProcessor.array_to_image(np.linspace(-2000, 2000, 4 * 8 * 8).reshape(4, 8, 8), (1, 1, 1))
+    plain = ModalityRecipe("ct", (4, 8, 8), (1, 1, 1), window=(-1000, 1000))
+    standardised = ModalityRecipe("ct", (4, 8, 8), (1, 1, 1), window=(-1000, 1000), mean=0.25, std=0.5)
+    expected = (preprocess_image(image, plain, "chest_ct") - 0.25) / 0.5
+    assert torch.allclose(preprocess_image(image, standardised, "chest_ct"), expected)
+    with pytest.raises(ValueError, match="std must be positive"):
+        ModalityRecipe("ct", (4, 8, 8), std=0.0)
+    processor = MedReCoImageProcessor(
+        recipes={**SMALL, "chest_xray": {**SMALL["chest_xray"], "mean": 0.5, "std": 0.25}}
+    )
+    processor.save_pretrained(tmp_path)
+    reloaded = MedReCoImageProcessor.from_pretrained(tmp_path)
+    assert reloaded.recipe("chest_xray").mean == 0.5 and reloaded.recipe("chest_xray").std == 0.25
+    picture = np.tile(np.linspace(0.0, 1.0, 32, dtype=np.float32), (32, 1))
+    raw = MedReCoImageProcessor(recipes=SMALL).preprocess_one(picture, "chest_xray", spacing=(1.0, 1.0))
+    assert torch.allclose(reloaded.preprocess_one(picture, "chest_xray", spacing=(1.0, 1.0)), (raw - 0.5) / 0.25)
+
+
 def test_projection_keeps_aspect_ratio():
     processor = MedReCoImageProcessor(recipes=SMALL)
     wide = np.tile(np.linspace(0.0, 1.0, 40, dtype=np.float32), (20, 1))

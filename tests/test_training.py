@@ -23,7 +23,7 @@ from medreco.training import (
 )
 from medreco.training.data import MinedData, TrainingDataError
 from medreco.training.reranker import RerankerTrainer
-from medreco.training.stage1 import Stage1Trainer
+from medreco.training.stage1 import Stage1Trainer, ranking_relevance
 from medreco.training.stage2 import Stage2Trainer, homogeneous_order
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -457,3 +457,27 @@ def test_entity_batches_give_each_ranking_batch_one_entity(toy, tmp_path):
         assert len(batch) <= 4
     mixed = Stage1Trainer(stage1_config(toy, tmp_path)).ranking_phase()
     assert set(mixed.modalities) == {r["modality"] for r in mixed.items}
+
+
+def test_studies_silent_on_an_entity_are_unknown_not_negatives():
+    retrieval = [
+        # q1 says "no effusion"; r1 agrees; n1 says "large effusion"; s1 never mentions effusion
+        {"query": "q1", "entity_id": "eff", "gallery": ["r1", "n1", "s1"], "relevant": ["r1"]},
+        {"query": "n1", "entity_id": "eff", "gallery": ["q1", "r1", "s1"], "relevant": ["x1"]},
+    ]
+    data = object.__new__(MinedData)
+    data.rows = lambda table, split=None: retrieval
+    assert data.mentioning("train") == {"eff": {"q1", "r1", "n1", "x1"}}
+    judged, relevant = data.relevance_table("train")[("q1", "eff")]
+    assert judged == {"r1", "n1"} and relevant == {"r1"}
+    rows = [{"anchor": "q1", "entity_id": "eff", "positive": "r1", "negative": "n1"}]
+    patient_of = {"q1": "A", "r1": "B", "n1": "C", "s1": "D"}
+    relevance = ranking_relevance(rows, ["r1", "n1", "s1"], data.relevance_table("train"), patient_of)
+    assert relevance.tolist() == [[1, 0, -1]]
+    # with the mined `irrelevant` column, only the pairs the thresholds call negative are negatives
+    retrieval[0]["irrelevant"], retrieval[1]["irrelevant"] = [], ["q1"]
+    judged, _ = data.relevance_table("train")[("q1", "eff")]
+    assert judged == {"r1"}
+    assert ranking_relevance(rows, ["r1", "n1", "s1"], data.relevance_table("train"), patient_of).tolist() == [
+        [1, 0, -1]  # the mined triplet's own negative stays authoritative
+    ]

@@ -79,6 +79,7 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
                             "split": split,
                             "gallery": gallery,
                             "relevant": relevant,
+                            "irrelevant": others,
                         }
                     )
                     for _ in range(2):

@@ -78,10 +78,9 @@ def _print_report(report: dict, as_json: bool) -> int:
 
 def _preprocess(args: argparse.Namespace) -> int:
     """The model-ready tensor of one input, as safetensors with key `pixel_values`."""
-    from pathlib import Path
-
     from safetensors.torch import save_file
 
+    from .atomic import atomic_path
     from .processing import MedReCoImageProcessor, ReaderOptions, load_image
 
     processor = MedReCoImageProcessor()
@@ -90,11 +89,9 @@ def _preprocess(args: argparse.Namespace) -> int:
     )
     tensor = processor.preprocess_one(image, args.modality)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.name}.tmp")
     metadata = {"modality": args.modality, "modality_id": str(processor.modality_id(args.modality))}
-    save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
-    temporary.replace(out)
+    with atomic_path(out) as temporary:
+        save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
     print(f"{out}: pixel_values {tuple(tensor.shape)}")
     return 0
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import atomic_path
 from .mining import ManifestError
 
 
@@ -91,15 +92,11 @@ def ct_rate(root: str | Path, reports_csv: str | Path) -> Iterator[dict]:
 
 def write_manifest(rows: Iterator[dict], path: str | Path) -> int:
     """Write rows as a JSONL manifest (atomically); returns the number written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
     count = 0
-    with open(temporary, "w") as handle:
+    with atomic_path(path) as temporary, open(temporary, "w") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
             count += 1
-    temporary.replace(path)
     return count
 
 

@@ -21,6 +21,7 @@ import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from ..atomic import write_text_atomically
 from ..errors import MedReCoError
 from .decomposition import (
     EmptyReportError,
@@ -220,10 +221,7 @@ class CachedChat:
         self.calls += 1
         answer = self.backend.complete(messages, max_tokens)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-            temporary.write_text(json.dumps({"answer": answer}))
-            temporary.replace(path)
+            write_text_atomically(path, json.dumps({"answer": answer}))
         return answer
 
 

@@ -11,7 +11,7 @@ listed in `MiningConfig.external_sources` form the "external" split: never train
 
     studies/       study_id, patient_id, modality, image, report, split, statements (entity_id -> status, text)
     triplets/      anchor, positive, negative, entity_id, modality, split
-    retrieval/     query, entity_id, modality, split, gallery, relevant (every split: train/validation
+    retrieval/     query, entity_id, modality, split, gallery, relevant, irrelevant (every split: train/validation
                    queries label the reranker's candidates and stage 1's in-batch negatives; test and
                    external queries are the benchmark)
     longitudinal/  prior, current, patient_id, entity_id, label, attribute, split

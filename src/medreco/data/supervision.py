@@ -43,6 +43,9 @@ class RetrievalQuery:
     split: str
     gallery: list[str]
     relevant: list[str]
+    # studies whose statements the thresholds call negative; the rest of the gallery is silent on
+    # the entity or in between the thresholds: irrelevant for evaluation, unknown for training
+    irrelevant: list[str]
 
 
 def _groups(studies: dict[str, StudyInfo]) -> dict[tuple[str, str], list[str]]:
@@ -126,13 +129,16 @@ def build_retrieval_benchmark(
             for i, query in enumerate(mentioned):
                 patient = studies[query].patient_id
                 gallery = [s for s in members if studies[s].patient_id != patient]
-                relevant = [
-                    mentioned[j]
-                    for j in np.flatnonzero(relevance[i] == 1)
-                    if studies[mentioned[j]].patient_id != patient
-                ]
+                relevant, irrelevant = (
+                    [
+                        mentioned[j]
+                        for j in np.flatnonzero(relevance[i] == label)
+                        if studies[mentioned[j]].patient_id != patient
+                    ]
+                    for label in (1, 0)
+                )
                 if len(relevant) >= min_relevant:
-                    queries.append(RetrievalQuery(query, entity_id, modality, split, gallery, relevant))
+                    queries.append(RetrievalQuery(query, entity_id, modality, split, gallery, relevant, irrelevant))
     return queries
 
 

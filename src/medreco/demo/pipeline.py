@@ -206,6 +206,7 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     """Retrieval, closed and open-ended VQA and longitudinal scores on the test split."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from ..atomic import write_text_atomically
     from ..comparison import ComparativeReader
     from ..data.ontology import Ontology
     from ..data.vqa import longitudinal_questions
@@ -218,7 +219,6 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
         sample_rows,
     )
     from ..retrieval import RerankerScorer, RetrievalEncoder
-    from .report import write_text_atomically
 
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
     scorer = RerankerScorer.from_pretrained(models / "reranker" / "final")

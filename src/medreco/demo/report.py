@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 
+from ..atomic import write_text_atomically
+
 SYSTEMS = ("entity", "entity+rerank", "holistic")
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write aside, then rename into place: a reader never sees half a file."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def recall_bars(retrieval: dict, path: Path) -> Path:
@@ -255,4 +249,4 @@ def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["write_text_atomically", "confusion_plot", "html_report", "markdown_report", "recall_bars", "write_report"]
+__all__ = ["confusion_plot", "html_report", "markdown_report", "recall_bars", "write_report"]

@@ -6,10 +6,11 @@ it. `huggingface_hub.ModelCard` writes the YAML metadata the Hub reads."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
+
+from ..atomic import atomic_path
 
 FAMILIES = {
     "retrieval": ("AutoModel", "entity-conditioned retrieval model (vision encoder, text encoder, conditioner)"),
@@ -79,9 +80,8 @@ def model_card(
 def write_model_card(card: ModelCard, folder: str | Path) -> Path:
     """`folder/README.md`, written aside and renamed into place."""
     path = Path(folder) / "README.md"
-    temporary = path.with_name(".README.md.tmp")
-    card.save(temporary)
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        card.save(temporary)
     return path
 
 

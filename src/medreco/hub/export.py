@@ -12,6 +12,7 @@ from pathlib import Path
 from transformers import PreTrainedModel
 
 from .. import modeling
+from ..atomic import write_text_atomically
 from ..modeling import AUTO_REGISTRATIONS
 
 
@@ -35,7 +36,5 @@ def export_for_remote_code(model: PreTrainedModel, directory: str | Path) -> Pat
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
     config["auto_map"] = auto_map
-    temporary = config_path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    temporary.replace(config_path)
+    write_text_atomically(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return directory

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import uuid
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from ..atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +63,12 @@ class TensorCache:
     def put(self, key: str, pixel_values: torch.Tensor) -> Path:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-        try:
+        with atomic_path(path) as temporary:
             save_file(
                 {"pixel_values": pixel_values.to(self.dtype).contiguous()},
                 temporary,
                 metadata={"medreco_cache_format": CACHE_FORMAT_VERSION},
             )
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
         return path
 
 

@@ -42,7 +42,8 @@ class MedReCoImageProcessor(BaseImageProcessor):
 
     modalities: the expert id table (same order as the model's `vision_config.modalities`).
     recipes: per-modality settings overriding `DEFAULT_RECIPES` (see `ModalityRecipe`).
-    pad_value: the value of padding everywhere (after intensity normalisation to [0, 1]).
+    pad_value: the value of padding everywhere (after intensity normalisation to [0, 1], before
+      the recipe's standardisation).
     tensor_cache_dir: if set, preprocessed tensors of file inputs are cached there (see `TensorCache`).
 
     Example:

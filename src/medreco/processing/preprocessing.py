@@ -1,4 +1,5 @@
-"""Modality-aware preprocessing: intensities to [0, 1], then resampling to the model's grid.
+"""Modality-aware preprocessing: intensities to [0, 1], resampling to the model's grid, then an
+optional per-modality standardisation `(x - mean) / std`.
 
 One resampler serves 2D and 3D: separable linear interpolation at the exact output voxel
 centres, centred on the input, with a box prefilter when shrinking by 2x or more (no aliasing),
@@ -27,6 +28,9 @@ class ModalityRecipe:
     spacing: output voxel size in mm (D, H, W) for volumes; projections fit their longest side to
       the output keeping the aspect ratio.
     dicom_modalities: DICOM Modality codes this family accepts (files of unknown modality pass).
+    mean, std: standardisation after the [0, 1] scaling and resampling, like the `image_mean` and
+      `image_std` of Hugging Face image processors; the identity (0, 1) by default. Centring the
+      input matters for small models: a tiny ViT trained on raw [0, 1] phantoms learns nothing.
     """
 
     kind: Literal["ct", "mri", "projection"]
@@ -35,6 +39,16 @@ class ModalityRecipe:
     window: tuple[float, float] | None = None
     percentiles: tuple[float, float] = (1.0, 99.0)
     dicom_modalities: tuple[str, ...] = ()
+    mean: float = 0.0
+    std: float = 1.0
+
+    def __post_init__(self):
+        if not self.std > 0:
+            raise ValueError(f"std must be positive, got {self.std}")
+
+    @property
+    def standardizes(self) -> bool:
+        return self.mean != 0.0 or self.std != 1.0
 
     @classmethod
     def from_dict(cls, values: dict) -> ModalityRecipe:
@@ -151,7 +165,8 @@ def resample_to_grid(
 
 
 def preprocess_image(image: MedicalImage, recipe: ModalityRecipe, family: str, pad_value: float = 0.0) -> torch.Tensor:
-    """A loaded image to the model tensor `(1, D, H, W)` in [0, 1] for one modality family."""
+    """A loaded image to the model tensor `(1, D, H, W)` for one modality family: in [0, 1], then
+    standardised by the recipe's mean and std (padding included, so it stays uniform)."""
     if image.modality and recipe.dicom_modalities and image.modality not in recipe.dicom_modalities:
         raise ModalityError(
             image.source,
@@ -169,7 +184,10 @@ def preprocess_image(image: MedicalImage, recipe: ModalityRecipe, family: str, p
         target = (1.0, *projection_spacing(image.shape[1:], spacing[1:], recipe.size[1:]))
     else:
         target = recipe.spacing
-    return resample_to_grid(normalized, spacing, recipe.size, target, pad_value)[None]
+    tensor = resample_to_grid(normalized, spacing, recipe.size, target, pad_value)[None]
+    if recipe.standardizes:
+        tensor = tensor.sub_(recipe.mean).div_(recipe.std)
+    return tensor
 
 
 __all__ = [

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pydicom
 
+from ..atomic import atomic_path
+
 IDENTIFYING_KEYWORDS = (
     "PatientName",
     "PatientID",
@@ -91,10 +93,8 @@ def deidentify_file(source: str | Path, destination: str | Path, salt: str = "me
 
     dataset = deidentify(read_dicom_dataset(Path(source)), salt)
     destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    temporary = destination.with_name(f".{destination.name}.tmp")
-    dataset.save_as(temporary, enforce_file_format=True)
-    temporary.replace(destination)
+    with atomic_path(destination) as temporary:
+        dataset.save_as(temporary, enforce_file_format=True)
     return destination
 
 

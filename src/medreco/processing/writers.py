@@ -15,6 +15,7 @@ import pydicom
 from pydicom.dataset import FileMetaDataset
 from pydicom.uid import CTImageStorage, DigitalXRayImageStorageForPresentation, ExplicitVRLittleEndian, generate_uid
 
+from ..atomic import atomic_path
 from .geometry import LPS_TO_RAS
 
 
@@ -73,10 +74,8 @@ def _set_pixels(dataset: pydicom.Dataset, pixels: np.ndarray, photometric: str =
 
 
 def _save(dataset: pydicom.Dataset, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    dataset.save_as(temporary, enforce_file_format=True)
-    temporary.replace(path)
+    with atomic_path(path) as temporary:
+        dataset.save_as(temporary, enforce_file_format=True)
     return path
 
 
@@ -161,9 +160,8 @@ def write_nifti(volume: np.ndarray, affine_dhw: np.ndarray, path: str | Path, dt
     )
     image.set_qform(affine_ijk, code=1)
     image.set_sform(affine_ijk, code=1)
-    temporary = path.with_name(f".tmp.{path.name}")
-    nib.save(image, temporary)
-    temporary.replace(path)
+    with atomic_path(path) as temporary:
+        nib.save(image, temporary)
     return path
 
 

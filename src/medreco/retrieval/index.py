@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..atomic import atomic_path, write_text_atomically
 from ..errors import MedReCoError
 from .encoder import RetrievalEncoder
 
@@ -52,17 +52,8 @@ def entity_key(entity: str | None) -> str:
 
 
 def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, temporary)
-    os.replace(temporary, path)
-
-
-def _atomic_text(text: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, temporary)
 
 
 class GalleryIndex:
@@ -130,7 +121,7 @@ class GalleryIndex:
         return len(new)
 
     def _save_meta(self) -> None:
-        _atomic_text(json.dumps(self.meta, indent=1), self.directory / "index.json")
+        write_text_atomically(self.directory / "index.json", json.dumps(self.meta, indent=1))
 
     def tokens(self, modality: str) -> torch.Tensor:
         path = self.directory / "tokens" / f"{modality}.safetensors"
@@ -188,10 +179,8 @@ class GalleryIndex:
         index = faiss.IndexHNSWFlat(features.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efSearch = 128
         index.add(features.numpy().astype(np.float32))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        faiss.write_index(index, str(temporary))
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            faiss.write_index(index, str(temporary))
         return index
 
 

@@ -93,11 +93,33 @@ class MinedData:
         return [s for s, study in self.studies.items() if split is None or study.split == split]
 
     def relevance_table(self, split: str | None = None) -> dict[tuple[str, str], tuple[set[str], set[str]]]:
-        """(query, entity_id) -> (gallery, relevant) from the retrieval table."""
-        return {
-            (row["query"], row["entity_id"]): (set(row["gallery"]), set(row["relevant"]))
-            for row in self.rows("retrieval", split)
-        }
+        """(query, entity_id) -> (judged, relevant) from the retrieval table, for training labels.
+
+        `judged` holds the relevant studies and those the mining thresholds call irrelevant. The rest
+        of the gallery is unknown, not irrelevant: a report silent on the entity ("no effusion" and
+        an effusion never mentioned look the same), or statements in between the thresholds ("heart
+        size is normal" against "no cardiomegaly"). Calling those negatives would teach the model
+        that identical images differ. Tables mined before the `irrelevant` column existed fall back
+        to the studies that mention the entity."""
+        rows = self.rows("retrieval", split)
+        mentioning = None if all("irrelevant" in row for row in rows) else self.mentioning(split)
+        table = {}
+        for row in rows:
+            relevant = set(row["relevant"])
+            if mentioning is None:
+                judged = relevant | set(row["irrelevant"])
+            else:
+                judged = set(row["gallery"]) & mentioning[row["entity_id"]]
+            table[(row["query"], row["entity_id"])] = (judged, relevant)
+        return table
+
+    def mentioning(self, split: str | None = None) -> dict[str, set[str]]:
+        """entity_id -> the studies whose reports state something about it (queries and relevant
+        studies of the retrieval table)."""
+        mentioning: dict[str, set[str]] = {}
+        for row in self.rows("retrieval", split):
+            mentioning.setdefault(row["entity_id"], set()).update([row["query"], *row["relevant"]])
+        return mentioning
 
 
 class ImageStore:

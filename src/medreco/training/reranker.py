@@ -95,6 +95,7 @@ class RerankerTrainer:
         by_modality = {self.data.studies[g.study_ids[0]].modality: g for g in encoded}
         position = {s: i for g in encoded for i, s in enumerate(g.study_ids)}
         prompts = entity_prompts()
+        labelled = self.data.relevance_table(split)
         groups: dict[tuple[str, str], ConditionedGroup] = {}
         pairs: list[RerankerPair] = []
         top_k = self.model.config.top_k
@@ -108,8 +109,9 @@ class RerankerTrainer:
                     features, select_top_tokens(block.tokens, attention, top_k), int(block.modality_ids[0])
                 )
             group = groups[key]
-            gallery = [s for s in row["gallery"] if s in position]
-            relevant = set(row["relevant"])
+            # only studies the mining judged: silent or in-between reports are unknown, not negatives
+            judged, relevant = labelled[(row["query"], row["entity_id"])]
+            gallery = [s for s in row["gallery"] if s in position and s in judged]
             if not gallery or not relevant & set(gallery):
                 continue
             query = position[row["query"]]

@@ -4,7 +4,8 @@ Phase 1, alignment: images with their reports, symmetric InfoNCE (the warm-up of
 Phase 2, ranking: mined triplets (anchor, positive, negative, entity) with the triplet loss and
 in-batch hard negatives: every candidate of the batch is scored under every anchor's entity, and
 the retrieval table of the training split says which of those pairs are relevant (1), irrelevant
-(0) or unknown (-1, left out). The text encoder is fine-tuned in both phases.
+(0) or unknown (-1, left out: reports silent on the entity, or in between the mining thresholds).
+The text encoder is fine-tuned in both phases.
 
 Output: `output_dir/final/` holds the model, its tokenizer and image processor (`from_pretrained`
 loads each), `training_config.json` and `summary.json`."""
@@ -62,13 +63,13 @@ def ranking_relevance(
     size = len(rows)
     relevance = torch.full((size, len(candidates)), -1, dtype=torch.long)
     for i, row in enumerate(rows):
-        gallery, relevant = lookup.get((row["anchor"], row["entity_id"]), (set(), set()))
+        judged, relevant = lookup.get((row["anchor"], row["entity_id"]), (set(), set()))
         for j, candidate in enumerate(candidates):
             if patient_of[candidate] == patient_of[row["anchor"]]:
                 continue
             if candidate in relevant:
                 relevance[i, j] = 1
-            elif candidate in gallery:
+            elif candidate in judged:
                 relevance[i, j] = 0
         relevance[i, i], relevance[i, size + i] = 1, 0  # the mined triplet itself is authoritative
     return relevance

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
+from ...atomic import write_text_atomically
 from ...processing.writers import DicomIdentity, canonical_affine, write_ct_series, write_nifti, write_radiograph
 from .findings import Finding, evolve, finding_types_for, sample_finding
 from .render import Anatomy, ct_grid, render_radiograph, render_thorax_hu
@@ -109,9 +109,7 @@ def generate_cohort(config: PhantomConfig, out_dir: str | Path, progress: bool =
             records.extend(_write_timeline(config, out, rng, patient_id, identity, anatomy, modality, bar))
     bar.close()
     manifest = out / "manifest.jsonl"
-    temporary = manifest.with_name(".manifest.jsonl.tmp")
-    temporary.write_text("".join(json.dumps(asdict(r)) + "\n" for r in records))
-    os.replace(temporary, manifest)
+    write_text_atomically(manifest, "".join(json.dumps(asdict(r)) + "\n" for r in records))
     logger.info("wrote %d studies of %d patients to %s", len(records), config.num_patients, out)
     return records
 

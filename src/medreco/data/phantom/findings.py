@@ -127,7 +127,7 @@ def sample_finding(key: str, rng: np.random.Generator, present: bool) -> Finding
     finding = Finding(key, present=present, anchor=[float(v) for v in rng.uniform(-1, 1, size=3)])
     if key == "lung_nodule":
         finding.side, finding.lobe = side, str(rng.choice(LOBES[side]))
-        finding.size_mm = float(rng.integers(6, 25))
+        finding.size_mm = float(rng.integers(10, 36))
         finding.number = int(rng.choice([1, 1, 1, 2, 3]))
         finding.margins = str(rng.choice(MARGINS))
         finding.density = str(rng.choice(DENSITIES))
@@ -141,7 +141,7 @@ def sample_finding(key: str, rng: np.random.Generator, present: bool) -> Finding
     elif key == "pericardial_effusion":
         finding.grade = str(rng.choice(COLLECTION_GRADES))
     elif key == "lymphadenopathy":
-        finding.size_mm = float(rng.integers(12, 30))
+        finding.size_mm = float(rng.integers(16, 36))
         finding.number = int(rng.choice([1, 2, 3]))
     else:  # cardiomegaly, emphysema, fatty_liver: a severity grade
         finding.grade = str(rng.choice(GRADES))

@@ -101,11 +101,14 @@ def render_thorax_hu(
         if mask is not None:
             lungs |= mask
     if (emphysema := present.get("emphysema")) is not None:
-        count = {"mild": 12, "moderate": 30, "severe": 60}[emphysema.grade]
+        # upper-zone predominant low attenuation, darker with severity, plus scattered bullae
+        upper = lungs & (grid.z[:, None, None] > 175.0)
+        volume[upper] = {"mild": -905.0, "moderate": -945.0, "severe": -975.0}[emphysema.grade]
+        count = {"mild": 6, "moderate": 14, "severe": 28}[emphysema.grade]
         for _ in range(count):
             side = rng.choice([-1, 1])
             centre = (side * rng.uniform(45, 95) * s, rng.uniform(-40, 40), rng.uniform(190, 270))
-            paint(volume, grid, centre, (rng.uniform(3, 7),) * 3, -990.0, within=lungs)
+            paint(volume, grid, centre, (rng.uniform(6, 12),) * 3, -995.0, within=lungs)
     paint(volume, grid, (22, 28, 190), (13, 13, 70), 45.0)  # descending aorta
     heart_scale = {"mild": 1.18, "moderate": 1.32, "severe": 1.48}.get(
         getattr(present.get("cardiomegaly"), "grade", None), 1.0
@@ -124,8 +127,11 @@ def render_thorax_hu(
         if (finding := present.get(key)) is not None:
             centre = _lobe_point(finding, s, 10)
             extent = {"small": 0.6, "moderate": 0.85, "large": 1.1}[finding.grade]
-            radii = (28 * extent, 28 * extent, 32 * extent) if key == "consolidation" else (34 * extent, 6, 22 * extent)
-            paint(volume, grid, centre, radii, 25.0 if key == "consolidation" else 20.0, within=lungs)
+            # atelectasis: a dense collapsed wedge, flatter than consolidation
+            radii = (
+                (28 * extent, 28 * extent, 32 * extent) if key == "consolidation" else (36 * extent, 16, 28 * extent)
+            )
+            paint(volume, grid, centre, radii, 25.0 if key == "consolidation" else 35.0, within=lungs)
     if (effusion := present.get("pleural_effusion")) is not None:
         height = {"small": 22.0, "moderate": 45.0, "large": 75.0}[effusion.grade]
         sides = (-1, 1) if effusion.side == "bilateral" else (-1 if effusion.side == "right" else 1,)
