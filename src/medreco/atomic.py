@@ -1,8 +1,9 @@
 """Atomic file writes: write beside the target, then rename into place.
 
 A reader (or a crash) never sees half a file, and a failed write leaves the previous version and
-no temporary file behind. Every cache, index, manifest, checkpoint file and report goes through
-here."""
+no temporary file behind. Cache entries, index files, manifests, images the package writes, model
+cards and reports all go through here. Whole folders (training checkpoints, mined datasets) are
+swapped in by renaming a folder instead (`training.loop`, `training.checkpoint`, `data.mining`)."""
 
 from __future__ import annotations
 
