@@ -68,6 +68,8 @@ def test_recipe_standardisation_is_applied_after_scaling_and_saved(tmp_path):
     assert torch.allclose(preprocess_image(image, standardised, "chest_ct"), expected)
     with pytest.raises(ValueError, match="std must be positive"):
         ModalityRecipe("ct", (4, 8, 8), std=0.0)
+    with pytest.raises(ValueError, match=r"recipe of 'chest_xray'.*mean finite"):
+        MedReCoImageProcessor(recipes={"chest_xray": {"mean": float("nan")}})
     processor = MedReCoImageProcessor(
         recipes={**SMALL, "chest_xray": {**SMALL["chest_xray"], "mean": 0.5, "std": 0.25}}
     )

@@ -82,6 +82,11 @@ class MedReCoImageProcessor(BaseImageProcessor):
         missing = [name for name in self.modalities if name not in self.recipes]
         if missing:
             raise ValueError(f"no preprocessing recipe for modalities {missing}; pass recipes={{name: {{...}}}}")
+        for name in self.modalities:  # a bad recipe fails here, named, not at the first image
+            try:
+                ModalityRecipe.from_dict(self.recipes[name])
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"preprocessing recipe of {name!r}: {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
         # tensor_cache_dir is a setting of this machine, not of the model: it is never saved or shared

@@ -8,6 +8,7 @@ one pass, so a 512x512x240 CT never exists at full size in the target spacing.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -43,8 +44,8 @@ class ModalityRecipe:
     std: float = 1.0
 
     def __post_init__(self):
-        if not self.std > 0:
-            raise ValueError(f"std must be positive, got {self.std}")
+        if not (math.isfinite(self.mean) and math.isfinite(self.std) and self.std > 0):
+            raise ValueError(f"std must be positive and finite, and mean finite; got mean {self.mean}, std {self.std}")
 
     @property
     def standardizes(self) -> bool:

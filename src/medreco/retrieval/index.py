@@ -113,10 +113,10 @@ class GalleryIndex:
             _atomic_save({"tokens": tokens}, path)
             self.meta["studies"][modality] = self.study_ids(modality) + block.study_ids
             self.meta["images"].update({study: image_of[study] for study in block.study_ids})
-            for stale in (self.directory / "entities" / modality).glob("*.safetensors"):
-                stale.unlink()
-            for stale in (self.directory / "faiss" / modality).glob("*"):
-                stale.unlink()
+            for folder in (self.directory / "entities" / modality, self.directory / "faiss" / modality):
+                for stale in folder.glob("*"):
+                    if not stale.name.startswith("."):  # leave another writer's temporary file alone
+                        stale.unlink()
             self._save_meta()  # after the tokens: a crash in between leaves the old, consistent state
         return len(new)
 
