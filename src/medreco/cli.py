@@ -312,6 +312,21 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=_evaluate)
 
+    benchmark = commands.add_parser(
+        "benchmark", help="a public paired-image benchmark: MMXU, MS-CXR-T, Medical-Diff-VQA"
+    )
+    benchmark.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
+    benchmark.add_argument("--model", required=True, help="stage-2 output folder")
+    benchmark.add_argument(
+        "--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv"
+    )
+    benchmark.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
+    benchmark.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
+    benchmark.add_argument("--split", default="test", help="Medical-Diff-VQA split")
+    benchmark.add_argument("--out", help="write the results (JSON)")
+    benchmark.add_argument("--quiet", action="store_true")
+    benchmark.set_defaults(handler=_benchmark)
+
     demo = commands.add_parser("demo", help="the whole system on the synthetic cohort: train, evaluate, report")
     demo.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
     demo.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
@@ -421,6 +436,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
+    from .atomic import write_text_atomically
     from .evaluation import evaluate_retrieval
     from .retrieval import RerankerScorer, RetrievalEncoder
     from .training.data import MinedData
@@ -431,8 +447,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         encoder, MinedData(args.mined), args.split, reranker, args.rerank_top, progress=not args.quiet
     )
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1))
+        write_text_atomically(args.out, json.dumps(report, indent=1))
     for modality, levels in report["summary"].items():
         for level, entry in levels.items():
             systems = {k: v for k, v in entry.items() if isinstance(v, dict) and "recall@1" in v}
@@ -441,6 +456,25 @@ def _evaluate(args: argparse.Namespace) -> int:
                 for name, v in systems.items()
             )
             print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
+    return 0
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    """A public benchmark on a saved VLM: accuracy (closed) or text scores (open-ended)."""
+    from .atomic import write_text_atomically
+    from .evaluation import run_benchmark
+
+    result = run_benchmark(
+        args.name, args.model, args.data, args.images, args.limit, args.split, progress=not args.quiet
+    )
+    if args.out:
+        write_text_atomically(args.out, json.dumps(result, indent=1))
+    if "scores" in result:
+        cells = "  ".join(f"{name} {value:.3f}" for name, value in result["scores"].items() if name != "questions")
+        print(f"{args.name} (n={result['items']}): {cells}")
+    else:
+        low, high = result["ci95"]
+        print(f"{args.name} accuracy {result['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] (n={result['questions']})")
     return 0
 
 

@@ -1,9 +1,11 @@
 """Evaluation: ranking, statistics and text metrics; retrieval, VQA and longitudinal protocols."""
 
+from .benchmarks import BENCHMARKS, BenchmarkDataError, ImageLocator, run_benchmark
 from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
 from .retrieval import entity_level, evaluate_retrieval, summarize_retrieval
 from .text import BERTScorer, clinical_facts, entity_f1
 from .vqa import (
+    accuracy_summary,
     choose_option,
     closed_accuracy,
     evaluate_closed_vqa,
@@ -14,7 +16,11 @@ from .vqa import (
 )
 
 __all__ = [
+    "BENCHMARKS",
     "BERTScorer",
+    "BenchmarkDataError",
+    "ImageLocator",
+    "accuracy_summary",
     "bleu",
     "choose_option",
     "clinical_facts",
@@ -31,6 +37,7 @@ __all__ = [
     "ndcg_at_k",
     "recall_at_k",
     "rouge_l",
+    "run_benchmark",
     "sample_rows",
     "summarize_retrieval",
     "text_only_baseline",

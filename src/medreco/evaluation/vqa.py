@@ -59,7 +59,8 @@ def text_only_baseline(train_rows: Sequence[dict], rows: Sequence[dict]) -> list
     return [answerer.predict(row["question"], row["options"]) == row["answer"] for row in rows]
 
 
-def _rate(hits: Sequence[bool]) -> dict:
+def accuracy_summary(hits: Sequence[bool]) -> dict:
+    """Accuracy, count and 95% Wilson interval of a list of hits."""
     low, high = wilson_interval(sum(hits), len(hits))
     return {"accuracy": sum(hits) / len(hits) if hits else 0.0, "questions": len(hits), "ci95": [low, high]}
 
@@ -75,10 +76,10 @@ def evaluate_closed_vqa(
     for row, hit in zip(rows, vlm, strict=True):
         by_dimension[row.get("dimension", "all")].append(hit)
     return {
-        "vlm": _rate(vlm),
-        "text_only": _rate(text),
+        "vlm": accuracy_summary(vlm),
+        "text_only": accuracy_summary(text),
         "mcnemar": mcnemar_test(vlm, text),
-        "by_dimension": {name: _rate(hits) for name, hits in sorted(by_dimension.items())},
+        "by_dimension": {name: accuracy_summary(hits) for name, hits in sorted(by_dimension.items())},
     }
 
 
@@ -96,8 +97,11 @@ def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict,
         strata["label"][row["label"]].append(hit)
         confusion.setdefault(row["label"], Counter())[row["options"][LETTERS.index(letter)]] += 1
     return {
-        **_rate(result["correct"]),
-        **{f"by_{name}": {key: _rate(hits) for key, hits in sorted(groups.items())} for name, groups in strata.items()},
+        **accuracy_summary(result["correct"]),
+        **{
+            f"by_{name}": {key: accuracy_summary(hits) for key, hits in sorted(groups.items())}
+            for name, groups in strata.items()
+        },
         "confusion": {
             "labels": list(CHANGE_OPTIONS),
             "matrix": [[confusion[t][p] for p in CHANGE_OPTIONS] for t in CHANGE_OPTIONS],
@@ -148,6 +152,7 @@ def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[
 
 
 __all__ = [
+    "accuracy_summary",
     "choose_option",
     "closed_accuracy",
     "evaluate_closed_vqa",

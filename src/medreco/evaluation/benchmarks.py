@@ -1,0 +1,218 @@
+"""Public paired-image benchmarks run on a trained MedReCo VLM (paper, section 2 and Table S18).
+
+- **MMXU** (multiple choice about a current and a prior radiograph): accuracy overall and by
+  content type, answered like our closed questions (the option letter with the highest logit).
+- **MS-CXR-T** (progression of five findings between a prior and a current radiograph): each
+  labelled finding becomes a closed question "How has the {finding} changed from the prior to the
+  current study?" with the options decreased / stable / increased (improving / stable / worsening);
+  accuracy by finding, macro accuracy and the confusion matrix.
+- **Medical-Diff-VQA** (open "what has changed" questions about a study against an earlier one):
+  answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1 and, with a local
+  model, BERTScore.
+
+The benchmark files come from their publishers (credentialed access); the images are found under
+an image root in the MIMIC-CXR(-JPG) layout (`files/pXX/pSUBJECT/sSTUDY/<dicom_id>.jpg`). The
+readers are in `medreco.data.adapters`."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
+from ..errors import MedReCoError
+from ..training.stage2 import LETTERS
+from .vqa import accuracy_summary, closed_accuracy, evaluate_open_ended, sample_rows
+
+logger = logging.getLogger(__name__)
+
+BENCHMARKS = ("mmxu", "ms-cxr-t", "medical-diff-vqa")
+IMAGE_SUFFIXES = (".dcm", ".jpg", ".jpeg", ".png")
+PROGRESSION_OPTIONS = {"improving": "decreased", "stable": "stable", "worsening": "increased"}
+
+
+class BenchmarkDataError(MedReCoError, ValueError):
+    """A benchmark item whose image cannot be found, or an unknown benchmark; names both."""
+
+
+class ImageLocator:
+    """Finds a benchmark's images under its root: by relative path (MMXU), by DICOM id (MS-CXR-T) or
+    by study id (Medical-Diff-VQA). The file-name index is built once, on first use."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise BenchmarkDataError(f"{self.root}: image root not found")
+        self._by_stem: dict[str, Path] | None = None
+        self._by_study: dict[str, Path] | None = None
+
+    def _index(self) -> None:
+        self._by_stem, self._by_study = {}, {}
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+                self._by_stem.setdefault(path.stem, path)
+                self._by_study.setdefault(path.parent.name.removeprefix("s"), path)
+
+    def relative(self, path: str, item: str) -> str:
+        candidate = self.root / path
+        if not candidate.is_file():
+            raise BenchmarkDataError(f"{candidate}: image of {item} not found under {self.root}")
+        return str(candidate)
+
+    def by_dicom_id(self, dicom_id: str, item: str) -> str:
+        if self._by_stem is None:
+            self._index()
+        if dicom_id not in self._by_stem:
+            raise BenchmarkDataError(f"{self.root}: no image named {dicom_id}.* for {item}")
+        return str(self._by_stem[dicom_id])
+
+    def by_study(self, study_id: str, item: str) -> str:
+        """The first image (by name) of the study's folder (`s{study_id}` or `{study_id}`)."""
+        if self._by_study is None:
+            self._index()
+        key = str(study_id).removeprefix("s")
+        if key not in self._by_study:
+            raise BenchmarkDataError(f"{self.root}: no image folder for study {study_id} of {item}")
+        return str(self._by_study[key])
+
+
+def _pair_rows(pairs: Sequence[tuple[str, str, str, list[str], str]]) -> tuple[list[dict], dict]:
+    """Closed rows (prior = study_a, current = study_b) and the `studies` table keyed by image path."""
+    rows, studies = [], {}
+    for prior, current, question, options, answer in pairs:
+        for image in (prior, current):
+            studies[image] = SimpleNamespace(image=image, modality="chest_xray")
+        rows.append({"study_a": prior, "study_b": current, "question": question, "options": options, "answer": answer})
+    return rows, studies
+
+
+def evaluate_mmxu(
+    model, processor, items: Sequence[ChoiceQuestion], images: ImageLocator, progress: bool = False
+) -> dict:
+    """Accuracy (with 95% Wilson interval) overall and by content type."""
+    pairs = [
+        (
+            images.relative(item.prior_image, f"MMXU item {item.id}"),
+            images.relative(item.current_image, f"MMXU item {item.id}"),
+            item.question,
+            item.options,
+            item.answer,
+        )
+        for item in items
+    ]
+    rows, studies = _pair_rows(pairs)
+    result = closed_accuracy(model, processor, rows, studies, progress)
+    by_type = defaultdict(list)
+    for item, hit in zip(items, result["correct"], strict=True):
+        by_type[item.content_type or "unspecified"].append(hit)
+    return {
+        **accuracy_summary(result["correct"]),
+        "by_content_type": {name: accuracy_summary(hits) for name, hits in sorted(by_type.items())},
+        "predictions": [{"id": item.id, "predicted": p} for item, p in zip(items, result["predicted"], strict=True)],
+    }
+
+
+def progression_question(finding: str) -> tuple[str, list[str]]:
+    """The closed question asked for one MS-CXR-T finding, in the wording of our follow-up questions."""
+    noun = finding.replace("_", " ")
+    return f"How has the {noun} changed from the prior to the current study?", list(PROGRESSION_OPTIONS.values())
+
+
+def evaluate_ms_cxr_t(
+    model, processor, items: Sequence[ProgressionItem], images: ImageLocator, progress: bool = False
+) -> dict:
+    """Accuracy by finding and overall, macro accuracy over findings, and the confusion matrix
+    (rows: true progression, columns: the progression of the chosen option)."""
+    pairs, labels = [], []
+    for item in items:
+        name = f"MS-CXR-T study {item.study_id}"
+        prior = images.by_dicom_id(item.previous_dicom_id, name)
+        current = images.by_dicom_id(item.dicom_id, name)
+        for finding, label in sorted(item.labels.items()):
+            if label not in PROGRESSION_OPTIONS:
+                raise BenchmarkDataError(
+                    f"{name}: progression {label!r} of {finding} is not one of {', '.join(PROGRESSION_OPTIONS)}"
+                )
+            question, options = progression_question(finding)
+            answer = LETTERS[options.index(PROGRESSION_OPTIONS[label])]
+            pairs.append((prior, current, question, options, answer))
+            labels.append((finding, label))
+    rows, studies = _pair_rows(pairs)
+    result = closed_accuracy(model, processor, rows, studies, progress)
+    by_finding = defaultdict(list)
+    confusion = {label: Counter() for label in PROGRESSION_OPTIONS}
+    chosen_progression = {option: label for label, option in PROGRESSION_OPTIONS.items()}
+    for (finding, label), row, letter, hit in zip(labels, rows, result["predicted"], result["correct"], strict=True):
+        by_finding[finding].append(hit)
+        confusion[label][chosen_progression[row["options"][LETTERS.index(letter)]]] += 1
+    per_finding = {name: accuracy_summary(hits) for name, hits in sorted(by_finding.items())}
+    return {
+        **accuracy_summary(result["correct"]),
+        "macro_accuracy": sum(v["accuracy"] for v in per_finding.values()) / len(per_finding) if per_finding else 0.0,
+        "by_finding": per_finding,
+        "confusion": {
+            "labels": list(PROGRESSION_OPTIONS),
+            "matrix": [[confusion[t][p] for p in PROGRESSION_OPTIONS] for t in PROGRESSION_OPTIONS],
+        },
+    }
+
+
+def evaluate_medical_diff_vqa(
+    reader, items: Sequence[DifferenceQuestion], images: ImageLocator, bert_scorer=None, progress: bool = False
+) -> dict:
+    """Open-ended scores of the generated answers (the reference study is the prior, "Case A")."""
+    rows, studies = [], {}
+    for item in items:
+        name = f"Medical-Diff-VQA study {item.study_id}"
+        prior, current = images.by_study(item.reference_study_id, name), images.by_study(item.study_id, name)
+        for image in (prior, current):
+            studies[image] = SimpleNamespace(image=image, modality="chest_xray")
+        rows.append({"study_a": prior, "study_b": current, "open_question": item.question, "open_answer": item.answer})
+    return evaluate_open_ended(reader, rows, studies, bert_scorer, progress)
+
+
+def run_benchmark(
+    name: str,
+    model_dir: str | Path,
+    data_path: str | Path,
+    image_root: str | Path,
+    limit: int | None = None,
+    split: str = "test",
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
+    """Load a saved VLM and run benchmark `name` (one of `BENCHMARKS`) on at most `limit` items
+    drawn reproducibly. Medical-Diff-VQA uses its `split` and the "difference" questions."""
+    from ..comparison import ComparativeReader
+
+    if name not in BENCHMARKS:
+        raise BenchmarkDataError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    readers = {"mmxu": mmxu, "ms-cxr-t": ms_cxr_t, "medical-diff-vqa": lambda path: medical_diff_vqa(path, split=split)}
+    items = sample_rows(readers[name](data_path), limit, seed)
+    if not items:
+        raise BenchmarkDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
+    images = ImageLocator(image_root)
+    reader = ComparativeReader.from_pretrained(model_dir)
+    if name == "mmxu":
+        result = evaluate_mmxu(reader.model, reader.processor, items, images, progress)
+    elif name == "ms-cxr-t":
+        result = evaluate_ms_cxr_t(reader.model, reader.processor, items, images, progress)
+    else:
+        result = evaluate_medical_diff_vqa(reader, items, images, progress=progress)
+    logger.info("%s: %d items evaluated", name, len(items))
+    return {"benchmark": name, "items": len(items), "model": str(model_dir), **result}
+
+
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkDataError",
+    "ImageLocator",
+    "evaluate_medical_diff_vqa",
+    "evaluate_mmxu",
+    "evaluate_ms_cxr_t",
+    "progression_question",
+    "run_benchmark",
+]
