@@ -43,7 +43,10 @@ def test_one_labelled_placeholder_block_per_image(processor):
 
 def test_tokenized_inputs_mask_prompt_images_and_padding(processor):
     batch = processor.apply_chat_template(
-        [conversation("Case B."), conversation("Neither case shows an effusion.")], tokenize=True, return_dict=True
+        [conversation("Case B."), conversation("Neither case shows an effusion.")],
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
     )
     assert batch["pixel_values"].shape == (4, 1, 1, 40, 40) and batch["modality_ids"].tolist() == [0, 0, 0, 0]
     ids, labels = batch["input_ids"], batch["labels"]
@@ -67,8 +70,8 @@ def test_round_trip_through_auto_processor(processor, tmp_path):
     loaded = AutoProcessor.from_pretrained(tmp_path)
     assert type(loaded) is MedReCoProcessor and loaded.patch_size == 10
     messages = conversation()
-    a = processor.apply_chat_template(messages, tokenize=True, return_dict=True)
-    b = loaded.apply_chat_template(messages, tokenize=True, return_dict=True)
+    a = processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+    b = loaded.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.allclose(a["pixel_values"], b["pixel_values"])
 
 
@@ -84,8 +87,22 @@ def test_real_studies_with_their_modality(processor, tmp_path):
             ],
         }
     ]
-    batch = processor.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=True)
+    batch = processor.apply_chat_template(
+        messages, tokenize=True, return_dict=True, add_generation_prompt=True, return_tensors="pt"
+    )
     assert batch["pixel_values"].shape == (2, 1, 4, 40, 40) and batch["modality_ids"].tolist() == [1, 1]
+
+
+def test_the_end_of_turn_token_is_trained_and_lists_come_back_by_default(processor):
+    """TRL checks that an answer's end-of-turn token is inside the assistant mask (else the model
+    never learns to stop); it reads the mask from untensored output, the transformers default."""
+    from trl.chat_template_utils import is_chat_template_stop_token_trained
+
+    assert is_chat_template_stop_token_trained(processor)
+    output = processor.apply_chat_template(conversation(), tokenize=True, return_dict=True)
+    assert isinstance(output["input_ids"][0], list) and isinstance(output["input_ids"][0][0], int)
+    masked = [i for i, m in zip(output["input_ids"][0], output["labels"][0], strict=True) if m != -100]
+    assert processor.tokenizer.decode(masked[-1:]) == "<|im_end|>"
 
 
 def test_trl_collator_and_the_vlm_work_together(processor):

@@ -50,6 +50,7 @@ class ComparativeReader:
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
+            return_tensors="pt",
             image_labels=list(labels),
         )
         inputs = {

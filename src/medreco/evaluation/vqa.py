@@ -26,7 +26,9 @@ from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 def choose_option(model, processor, images: Sequence, modality: str, question: str, options: Sequence[str]) -> str:
     """The letter (A, B, ...) the model finds most likely as the first answer token."""
     messages = conversation(closed_prompt(question, list(options)), modality, images=list(images))
-    inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    inputs = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
     inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")}
     logits = model(**inputs).logits[0, -1]
     letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in LETTERS[: len(options)]]

@@ -222,11 +222,11 @@ class MedReCoProcessor(ProcessorMixin):
             modalities.append([b.get("modality", self.default_modality) for b in found])
         options = dict(processor_kwargs or {})
         options.pop("return_tensors", None)
-        output = self(
-            text=prompts, images=images, modalities=modalities, return_tensors=return_tensors or "pt", **options
-        )
+        output = self(text=prompts, images=images, modalities=modalities, return_tensors="pt", **options)
         if not return_assistant_tokens_mask:
             output.pop("assistant_masks", None)
+        if return_tensors is None:  # the transformers convention: lists unless tensors are asked for
+            output = BatchFeature({key: value.tolist() for key, value in output.items()})
         return output if return_dict else output["input_ids"]
 
     def batch_decode(self, *args, **kwargs):
