@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from medreco.evaluation import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
@@ -137,3 +138,23 @@ def test_text_only_baseline_learns_the_language_prior():
         {"question": "Which case shows effusion?", "options": ["Both cases", "Neither case"], "answer": "B"},
     ]
     assert text_only_baseline(train, test) == [True, False]
+
+
+def test_report_metrics_are_scored_when_available_and_explained_when_not():
+    from medreco.data.similarity import SimilarityMetric
+    from medreco.evaluation import available_report_metrics, mean_text_score
+
+    metrics, unavailable = available_report_metrics()
+    assert {m.name for m in metrics} | set(unavailable) == {"ratescore", "radgraph"}
+    assert all("pip install" in reason or "could not load" in reason for reason in unavailable.values())
+
+    class ExactMatch(SimilarityMetric):
+        name = "exact"
+
+        def score(self, a, b):
+            return np.array([float(x.text == y.text) for x, y in zip(a, b, strict=True)])
+
+    assert mean_text_score(ExactMatch(), ["no effusion", "new nodule", "stable"], ["no effusion", "x", "stable"]) == (
+        pytest.approx(2 / 3)
+    )
+    assert mean_text_score(ExactMatch(), [], []) == 0.0

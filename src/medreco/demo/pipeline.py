@@ -212,6 +212,7 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     from ..data.vqa import longitudinal_questions
     from ..evaluation import (
         BERTScorer,
+        available_report_metrics,
         evaluate_closed_vqa,
         evaluate_longitudinal,
         evaluate_open_ended,
@@ -237,12 +238,18 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     open_rows = sample_rows(
         [r for r in data.rows("vqa", "test") if r.get("open_question")], config.open_questions, config.seed
     )
+    report_metrics, unavailable = available_report_metrics()
     open_ended = evaluate_open_ended(
-        ComparativeReader(model, processor), open_rows, data.studies, BERTScorer(), config.progress
+        ComparativeReader(model, processor), open_rows, data.studies, BERTScorer(), config.progress, report_metrics
     )
     return {
         "retrieval": retrieval["summary"],
-        "vqa": {"closed": closed, "open_ended": open_ended["scores"], "examples": open_ended["examples"]},
+        "vqa": {
+            "closed": closed,
+            "open_ended": open_ended["scores"],
+            "unavailable_metrics": unavailable,
+            "examples": open_ended["examples"],
+        },
         "longitudinal": longitudinal,
         "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
     }

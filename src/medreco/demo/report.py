@@ -158,7 +158,8 @@ def markdown_report(metrics: dict) -> str:
         f"Open-ended answers ({scores['questions']} questions): "
         + ", ".join(f"{name} {value:.3f}" for name, value in scores.items() if name != "questions")
         + ". BERTScore uses the bundled MiniLM (no rescaling); entity F1 compares the clinical facts "
-        "(entity, status, attributes) our report parser reads from answer and reference.",
+        "(entity, status, attributes) our report parser reads from answer and reference."
+        + "".join(f" Not computed: {reason}." for reason in metrics["vqa"].get("unavailable_metrics", {}).values()),
         "",
         "| images | question | reference | model's answer |",
         "|---|---|---|---|",

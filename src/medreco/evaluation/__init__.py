@@ -3,7 +3,7 @@
 from .benchmarks import BENCHMARKS, BenchmarkDataError, ImageLocator, run_benchmark
 from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
 from .retrieval import entity_level, evaluate_retrieval, summarize_retrieval
-from .text import BERTScorer, clinical_facts, entity_f1
+from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
 from .vqa import (
     accuracy_summary,
     choose_option,
@@ -21,6 +21,7 @@ __all__ = [
     "BenchmarkDataError",
     "ImageLocator",
     "accuracy_summary",
+    "available_report_metrics",
     "bleu",
     "choose_option",
     "clinical_facts",
@@ -33,6 +34,7 @@ __all__ = [
     "evaluate_retrieval",
     "exact_match",
     "mcnemar_test",
+    "mean_text_score",
     "meteor",
     "ndcg_at_k",
     "recall_at_k",

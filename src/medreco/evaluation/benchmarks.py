@@ -7,8 +7,8 @@
   current study?" with the options decreased / stable / increased (improving / stable / worsening);
   accuracy by finding, macro accuracy and the confusion matrix.
 - **Medical-Diff-VQA** (open "what has changed" questions about a study against an earlier one):
-  answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1 and, with a local
-  model, BERTScore.
+  answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1, and RaTEScore and
+  RadGraph F1 when their packages and models are available (else the reason is recorded).
 
 The benchmark files come from their publishers (credentialed access); the images are found under
 an image root in the MIMIC-CXR(-JPG) layout (`files/pXX/pSUBJECT/sSTUDY/<dicom_id>.jpg`). The
@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
 from ..errors import MedReCoError
 from ..training.stage2 import LETTERS
+from .text import available_report_metrics
 from .vqa import accuracy_summary, closed_accuracy, evaluate_open_ended, sample_rows
 
 logger = logging.getLogger(__name__)
@@ -161,9 +162,15 @@ def evaluate_ms_cxr_t(
 
 
 def evaluate_medical_diff_vqa(
-    reader, items: Sequence[DifferenceQuestion], images: ImageLocator, bert_scorer=None, progress: bool = False
+    reader,
+    items: Sequence[DifferenceQuestion],
+    images: ImageLocator,
+    bert_scorer=None,
+    progress: bool = False,
+    report_metrics: Sequence = (),
 ) -> dict:
-    """Open-ended scores of the generated answers (the reference study is the prior, "Case A")."""
+    """Open-ended scores of the generated answers (the reference study is the prior, "Case A"),
+    with RaTEScore / RadGraph F1 for each of `report_metrics`."""
     rows, studies = [], {}
     for item in items:
         name = f"Medical-Diff-VQA study {item.study_id}"
@@ -171,7 +178,7 @@ def evaluate_medical_diff_vqa(
         for image in (prior, current):
             studies[image] = SimpleNamespace(image=image, modality="chest_xray")
         rows.append({"study_a": prior, "study_b": current, "open_question": item.question, "open_answer": item.answer})
-    return evaluate_open_ended(reader, rows, studies, bert_scorer, progress)
+    return evaluate_open_ended(reader, rows, studies, bert_scorer, progress, report_metrics)
 
 
 def run_benchmark(
@@ -201,7 +208,9 @@ def run_benchmark(
     elif name == "ms-cxr-t":
         result = evaluate_ms_cxr_t(reader.model, reader.processor, items, images, progress)
     else:
-        result = evaluate_medical_diff_vqa(reader, items, images, progress=progress)
+        metrics, unavailable = available_report_metrics()
+        result = evaluate_medical_diff_vqa(reader, items, images, progress=progress, report_metrics=metrics)
+        result["unavailable_metrics"] = unavailable
     logger.info("%s: %d items evaluated", name, len(items))
     return {"benchmark": name, "items": len(items), "model": str(model_dir), **result}
 

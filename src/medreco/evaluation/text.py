@@ -10,17 +10,25 @@ with the same encoder only. The `bert-score` package would download its model fr
 Entity F1 compares the clinical facts two texts state: for every vocabulary entity of the
 modality, its mention status and its attributes (side, lobes, grade, size, number, margins,
 density) as read by `medreco.data`'s parser. It is the role RadGraph F1 plays in the paper,
-computed with our own decomposer (RadGraph needs a model download)."""
+computed with our own decomposer (RadGraph needs a model download).
+
+RaTEScore and RadGraph F1 themselves are added when their packages and models are available
+(`available_report_metrics`); when not, the reason is recorded instead of a score."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from ..data.attributes import read_attributes
 from ..data.decomposition import MentionStatus, RuleBasedDecomposer
+from ..data.similarity import MetricUnavailableError, RadGraphSimilarity, RaTEScoreSimilarity, SimilarityMetric
+
+logger = logging.getLogger(__name__)
 
 
 class BERTScorer:
@@ -117,3 +125,23 @@ def entity_f1(
 
 
 __all__ = ["BERTScorer", "clinical_facts", "entity_f1"]
+
+
+def available_report_metrics() -> tuple[list[SimilarityMetric], dict[str, str]]:
+    """RaTEScore and RadGraph F1 scorers that load here, and for the others why not (what to install)."""
+    metrics, unavailable = [], {}
+    for metric_class in (RaTEScoreSimilarity, RadGraphSimilarity):
+        try:
+            metrics.append(metric_class())
+        except MetricUnavailableError as error:
+            unavailable[metric_class.name] = str(error)
+            logger.info("%s not computed: %s", metric_class.name, error)
+    return metrics, unavailable
+
+
+def mean_text_score(metric: SimilarityMetric, predictions: Sequence[str], references: Sequence[str]) -> float:
+    """The mean of a text-pair metric (RaTEScore, RadGraph F1, ...) over answers and references."""
+    if not predictions:
+        return 0.0
+    pairs = metric.score([SimpleNamespace(text=t) for t in predictions], [SimpleNamespace(text=t) for t in references])
+    return float(np.mean(pairs))

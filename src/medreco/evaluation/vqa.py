@@ -111,11 +111,19 @@ def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict,
     }
 
 
-def evaluate_open_ended(reader, rows: Sequence[dict], studies: dict, bert_scorer=None, progress: bool = False) -> dict:
+def evaluate_open_ended(
+    reader,
+    rows: Sequence[dict],
+    studies: dict,
+    bert_scorer=None,
+    progress: bool = False,
+    report_metrics: Sequence = (),
+) -> dict:
     """Generate answers to the rows' open questions with a `ComparativeReader` and score them
     against the reference answers: BLEU-4, ROUGE-L, METEOR, BERTScore F1 (when a scorer is
-    given) and entity F1. Returns the scores and the (question, reference, answer) examples."""
-    from .text import entity_f1
+    given), entity F1, and each of `report_metrics` by its name (RaTEScore, RadGraph F1: see
+    `available_report_metrics`). Returns the scores and the (question, reference, answer) examples."""
+    from .text import entity_f1, mean_text_score
 
     predictions, references, modalities, examples = [], [], [], []
     for row in tqdm(rows, desc="open-ended VQA", unit="question", disable=not progress):
@@ -142,6 +150,8 @@ def evaluate_open_ended(reader, rows: Sequence[dict], studies: dict, bert_scorer
     }
     if bert_scorer is not None:
         scores["bertscore_f1"] = bert_scorer.score(predictions, references)["f1"]
+    for metric in report_metrics:
+        scores[metric.name] = mean_text_score(metric, predictions, references)
     return {"scores": scores, "examples": examples}
 
 
