@@ -566,3 +566,30 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     (root / "files" / "p10" / "p10000001" / "s50000000" / "dicom0.png").unlink()
     with pytest.raises(BenchmarkDataError, match=r"dicom0\.png"):
         run_benchmark("mmxu", model, write_mmxu(["A"]), root, progress=False)
+
+
+def test_a_frozen_text_backbone_encodes_each_report_once_with_the_same_loss(toy, tmp_path):
+    config = stage1_config(toy, tmp_path, "freeze_text_encoder=true", "alignment.max_steps=6", "ranking.max_steps=2")
+    torch.manual_seed(0)
+    trainer = Stage1Trainer(config)
+    model = trainer.model
+    backbone_before = {k: v.clone() for k, v in model.text_encoder.backbone.state_dict().items()}
+    projection_before = model.text_encoder.projection.weight.clone()
+    studies = sorted(trainer.data.study_ids("train"))[:8]
+    pixels, modalities = trainer.store.batch(studies)
+    text = trainer.tokenizer([trainer.data.studies[s].report for s in studies], padding=True, return_tensors="pt")
+    pooled = trainer.pooled_reports(studies)
+    assert model.text_encoder.training  # computing the cache leaves the module's mode alone
+    model.eval()
+    with torch.no_grad():
+        from_tokens = model(pixels, modalities, input_ids=text["input_ids"], attention_mask=text["attention_mask"])
+        from_cache = model(pixels, modalities, report_features=torch.stack([pooled[s] for s in studies]))
+    assert torch.allclose(from_tokens.loss, from_cache.loss, atol=1e-5)
+    assert torch.allclose(from_tokens.text_embeds, from_cache.text_embeds, atol=1e-5)
+
+    summaries = trainer.train()
+    assert summaries["stage1/alignment"]["steps"] == 6
+    trained = trainer.model
+    assert all(torch.equal(v, trained.text_encoder.backbone.state_dict()[k]) for k, v in backbone_before.items())
+    assert not torch.equal(projection_before, trained.text_encoder.projection.weight)
+    assert AutoModel.from_pretrained(tmp_path / "final").config.freeze_text_encoder

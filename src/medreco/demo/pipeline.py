@@ -39,7 +39,8 @@ class DemoConfig:
     out_dir: str = "medreco-demo"
     quick: bool = False
     patients: int | None = None
-    stage1_steps: int | None = None
+    alignment_steps: int | None = None  # stage-1 image-report warm-up
+    stage1_steps: int | None = None  # stage-1 entity-conditioned ranking
     reranker_steps: int | None = None
     stage2_steps: int | None = None
     stage2_batch_size: int | None = None
@@ -59,7 +60,8 @@ class DemoConfig:
 
 FULL = {
     "patients": 200,
-    "stage1_steps": 800,
+    "alignment_steps": 3000,
+    "stage1_steps": 2000,
     "reranker_steps": 150,
     "stage2_steps": 250,
     "stage2_batch_size": 8,
@@ -68,6 +70,7 @@ FULL = {
 }
 QUICK = {
     "patients": 40,
+    "alignment_steps": 300,
     "stage1_steps": 120,
     "reranker_steps": 20,
     "stage2_steps": 30,
@@ -125,9 +128,12 @@ def run_demo(config: DemoConfig) -> dict:
     cache = f"data.tensor_cache_dir={out / 'cache'}"
     stages = {
         "stage1": [
+            # A from-scratch vision encoder needs thousands of steps of dense supervision before it
+            # sees the findings; with the text backbone frozen each report is encoded once, so
+            # alignment steps cost the vision side only and 3000 of them fit in the time budget.
+            "freeze_text_encoder=true",
+            f"alignment.max_steps={config.alignment_steps}",
             f"ranking.max_steps={config.stage1_steps}",
-            # multi-positive InfoNCE: the margin loss leaves this cohort's features collapsed
-            "ranking_loss=contrastive",
         ],
         "reranker": [cache, f"retrieval_model={stage1 / 'final'}", f"optimization.max_steps={config.reranker_steps}"],
         "stage2": [

@@ -67,6 +67,16 @@ class MedReCoTextEncoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        return self.project(self.pool(input_ids, attention_mask, token_type_ids))
+
+    def pool(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The backbone's mean-pooled output, `(B, text hidden)`: fixed while the backbone is frozen,
+        so a trainer may compute it once per text."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -74,8 +84,11 @@ class MedReCoTextEncoder(nn.Module):
             inputs["token_type_ids"] = token_type_ids
         hidden = self.backbone(**inputs).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return nn.functional.normalize(self.projection(pooled).float(), dim=-1)  # similarities need fp32
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Pooled backbone output -> L2-normalised shared-space embedding (fp32: similarities need it)."""
+        return nn.functional.normalize(self.projection(pooled.to(self.projection.weight.dtype)).float(), dim=-1)
 
 
 def build_text_backbone(text_config, pretrained_name_or_path: str | None = None, **kwargs) -> nn.Module:
@@ -320,12 +333,15 @@ class MedReCoModel(MedReCoPreTrainedModel):
         candidate_pixel_values: torch.Tensor | None = None,
         candidate_modality_ids: torch.Tensor | None = None,
         relevance: torch.Tensor | None = None,
+        report_features: torch.Tensor | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
         """Two training modes.
 
-        Alignment (warm-up): images with their reports (`input_ids`), symmetric InfoNCE.
+        Alignment (warm-up): images with their reports (`input_ids`, or `report_features`: the
+        reports' pooled outputs of a frozen text backbone, see `MedReCoTextEncoder.pool`), symmetric
+        InfoNCE.
 
         Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`; none means
         whole-image), candidates (`candidate_pixel_values`), and `relevance` `(A, C)`. Every
@@ -333,10 +349,15 @@ class MedReCoModel(MedReCoPreTrainedModel):
         take part in hard-negative mining. Without `relevance`, candidates are read as
         [positives; negatives], one of each per anchor."""
         if candidate_pixel_values is None:
-            if input_ids is None:
-                raise ValueError("pass input_ids (reports) for alignment, or candidate_pixel_values for ranking")
+            if input_ids is None and report_features is None:
+                raise ValueError(
+                    "pass input_ids or report_features (reports) for alignment, or candidate_pixel_values for ranking"
+                )
             image_embeds = self.get_image_features(pixel_values, modality_ids).features
-            text_embeds = self.get_text_embeddings(input_ids, attention_mask)
+            if report_features is not None:
+                text_embeds = self.text_encoder.project(report_features)
+            else:
+                text_embeds = self.get_text_embeddings(input_ids, attention_mask)
             loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
             return MedReCoOutput(
                 loss=loss,

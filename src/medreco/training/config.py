@@ -85,6 +85,9 @@ class Stage1Config:
     model: ModelSource = field(default_factory=ModelSource)
     text_encoder: str = "FremyCompany/BioLORD-2023"
     text_encoder_learning_rate: float | None = None  # the pretrained text backbone's rate (None: the phase's)
+    # Keep the pretrained text backbone fixed (its projection still trains). The paper fine-tunes it;
+    # frozen, each report is encoded once, which makes alignment steps cost the vision encoder only.
+    freeze_text_encoder: bool = False
     data: DataConfig = field(default_factory=DataConfig)
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)

@@ -5,7 +5,8 @@ Phase 2, ranking: mined triplets (anchor, positive, negative, entity) with the t
 in-batch hard negatives: every candidate of the batch is scored under every anchor's entity, and
 the retrieval table of the training split says which of those pairs are relevant (1), irrelevant
 (0) or unknown (-1, left out: reports silent on the entity, or in between the mining thresholds).
-The text encoder is fine-tuned in both phases.
+The text encoder is fine-tuned in both phases, as in the paper, unless `freeze_text_encoder`
+(then each report is encoded once and alignment steps cost the vision side only).
 
 Output: `output_dir/final/` holds the model, its tokenizer and image processor (`from_pretrained`
 loads each), `training_config.json` and `summary.json`."""
@@ -17,6 +18,7 @@ import logging
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from ..data.ontology import Ontology
@@ -84,10 +86,13 @@ class Stage1Trainer:
         self.model, self.tokenizer = build_retrieval_model(
             config.model,
             config.text_encoder,
-            freeze_text_encoder=False,
+            freeze_text_encoder=config.freeze_text_encoder,
             triplet_margin=config.triplet_margin,
             ranking_loss=config.ranking_loss,
         )
+        if config.freeze_text_encoder:  # also when starting from a checkpoint saved unfrozen
+            self.model.config.freeze_text_encoder = True
+            self.model.set_text_backbone_trainable(False)
         self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
         train_ids = self.data.study_ids("train")
         check_nonempty(train_ids, "training-split studies", self.data.directory)
@@ -105,9 +110,13 @@ class Stage1Trainer:
         studies = studies[: self.config.data.max_train_samples or None]
         check_nonempty(studies, "studies with reports", self.data.directory)
         optimization = self.config.alignment
+        pooled = self.pooled_reports(studies) if self.config.freeze_text_encoder else None
 
         def collate(batch_ids: list[str]) -> dict:
             pixel_values, modality_ids = self.store.batch(batch_ids)
+            if pooled is not None:
+                features = torch.stack([pooled[s] for s in batch_ids])
+                return {"pixel_values": pixel_values, "modality_ids": modality_ids, "report_features": features}
             text = self.tokenizer(
                 [self.data.studies[s].report for s in batch_ids],
                 padding=True,
@@ -130,6 +139,30 @@ class Stage1Trainer:
             collate,
             lambda model, batch: model(**batch).loss,
         )
+
+    @torch.no_grad()
+    def pooled_reports(self, studies: list[str], batch_size: int = 32) -> dict[str, torch.Tensor]:
+        """Each report's pooled output of the frozen text backbone, computed once (on a GPU when
+        there is one), so alignment steps only run the vision encoder and the projection."""
+        encoder = self.model.text_encoder
+        was_training, home = encoder.training, next(encoder.parameters()).device
+        device = torch.device("cuda") if torch.cuda.is_available() else home
+        encoder.eval().to(device)
+        pooled = {}
+        batches = range(0, len(studies), batch_size)
+        for start in tqdm(batches, desc="encoding reports", disable=not self.config.run.progress, leave=False):
+            chunk = studies[start : start + batch_size]
+            text = self.tokenizer(
+                [self.data.studies[s].report for s in chunk],
+                padding=True,
+                truncation=True,
+                max_length=self.config.max_report_tokens,
+                return_tensors="pt",
+            ).to(device)
+            features = encoder.pool(text["input_ids"], text["attention_mask"]).float().cpu()
+            pooled.update(zip(chunk, features, strict=True))
+        encoder.train(was_training).to(home)
+        return pooled
 
     # ---- phase 2: entity-conditioned ranking
     def ranking_phase(self) -> Phase:
