@@ -26,7 +26,7 @@ from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem,
 from ..errors import MedReCoError
 from ..training.stage2 import LETTERS
 from .text import available_report_metrics
-from .vqa import accuracy_summary, closed_accuracy, evaluate_open_ended, sample_rows
+from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_open_ended, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -154,10 +154,7 @@ def evaluate_ms_cxr_t(
         **accuracy_summary(result["correct"]),
         "macro_accuracy": sum(v["accuracy"] for v in per_finding.values()) / len(per_finding) if per_finding else 0.0,
         "by_finding": per_finding,
-        "confusion": {
-            "labels": list(PROGRESSION_OPTIONS),
-            "matrix": [[confusion[t][p] for p in PROGRESSION_OPTIONS] for t in PROGRESSION_OPTIONS],
-        },
+        "confusion": confusion_table(confusion, list(PROGRESSION_OPTIONS)),
     }
 
 

@@ -104,11 +104,13 @@ def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict,
             f"by_{name}": {key: accuracy_summary(hits) for key, hits in sorted(groups.items())}
             for name, groups in strata.items()
         },
-        "confusion": {
-            "labels": list(CHANGE_OPTIONS),
-            "matrix": [[confusion[t][p] for p in CHANGE_OPTIONS] for t in CHANGE_OPTIONS],
-        },
+        "confusion": confusion_table(confusion, CHANGE_OPTIONS),
     }
+
+
+def confusion_table(counts: dict[str, Counter], labels: Sequence[str]) -> dict:
+    """`{"labels", "matrix"}` with matrix[i][j] = how often true label i was answered with label j."""
+    return {"labels": list(labels), "matrix": [[counts[t][p] for p in labels] for t in labels]}
 
 
 def evaluate_open_ended(
@@ -165,6 +167,7 @@ def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[
 
 __all__ = [
     "accuracy_summary",
+    "confusion_table",
     "choose_option",
     "closed_accuracy",
     "evaluate_closed_vqa",

@@ -117,13 +117,7 @@ class Stage1Trainer:
             if pooled is not None:
                 features = torch.stack([pooled[s] for s in batch_ids])
                 return {"pixel_values": pixel_values, "modality_ids": modality_ids, "report_features": features}
-            text = self.tokenizer(
-                [self.data.studies[s].report for s in batch_ids],
-                padding=True,
-                truncation=True,
-                max_length=self.config.max_report_tokens,
-                return_tensors="pt",
-            )
+            text = self.tokenize_reports(batch_ids)
             return {
                 "pixel_values": pixel_values,
                 "modality_ids": modality_ids,
@@ -140,6 +134,15 @@ class Stage1Trainer:
             lambda model, batch: model(**batch).loss,
         )
 
+    def tokenize_reports(self, studies: list[str]):
+        return self.tokenizer(
+            [self.data.studies[s].report for s in studies],
+            padding=True,
+            truncation=True,
+            max_length=self.config.max_report_tokens,
+            return_tensors="pt",
+        )
+
     @torch.no_grad()
     def pooled_reports(self, studies: list[str], batch_size: int = 32) -> dict[str, torch.Tensor]:
         """Each report's pooled output of the frozen text backbone, computed once (on a GPU when
@@ -152,13 +155,7 @@ class Stage1Trainer:
         batches = range(0, len(studies), batch_size)
         for start in tqdm(batches, desc="encoding reports", disable=not self.config.run.progress, leave=False):
             chunk = studies[start : start + batch_size]
-            text = self.tokenizer(
-                [self.data.studies[s].report for s in chunk],
-                padding=True,
-                truncation=True,
-                max_length=self.config.max_report_tokens,
-                return_tensors="pt",
-            ).to(device)
+            text = self.tokenize_reports(chunk).to(device)
             features = encoder.pool(text["input_ids"], text["attention_mask"]).float().cpu()
             pooled.update(zip(chunk, features, strict=True))
         encoder.train(was_training).to(home)
