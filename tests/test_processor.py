@@ -136,3 +136,36 @@ def test_trl_collator_and_the_vlm_work_together(processor):
         }
     ).loss
     assert torch.isfinite(loss)
+
+
+def test_a_vocabulary_learned_from_conversations_round_trips_through_auto_processor(tmp_path):
+    from medreco.processing import train_wordpiece_tokenizer
+
+    texts = [
+        "Compare the pleural effusion between Case A and Case B.\nA. Only Case A\nB. Neither",
+        "Is the nodule larger in Current than in Prior?",
+        "B. Only Case B shows pleural effusion.",
+    ] * 20
+    tokenizer = train_wordpiece_tokenizer(texts, vocab_size=200)
+    assert len(tokenizer) <= 200 and tokenizer.pad_token == "[PAD]"
+    ids = tokenizer.encode("Only Case B shows pleural effusion.", add_special_tokens=False)
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids) == "only case b shows pleural effusion."
+    # a word the corpus never used still tokenizes, as pieces of its characters
+    unseen = tokenizer.encode("consolidation", add_special_tokens=False)
+    assert tokenizer.unk_token_id not in unseen and tokenizer.decode(unseen) == "consolidation"
+    assert tokenizer.encode("€", add_special_tokens=False) == [tokenizer.unk_token_id]
+
+    processor = MedReCoProcessor(MedReCoImageProcessor(recipes=RECIPES), tokenizer, patch_size=10)
+    assert processor.image_token_id >= 0 and "<|im_end|>" in tokenizer.get_vocab()
+    processor.save_pretrained(tmp_path)
+    loaded = AutoProcessor.from_pretrained(tmp_path)
+    messages = conversation("Only Case B shows pleural effusion.")
+    a = processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+    b = loaded.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+    assert len(loaded.tokenizer) == len(tokenizer) and torch.equal(a["input_ids"], b["input_ids"])
+    answer = a["labels"][0][a["labels"][0] != -100]
+    assert processor.decode(answer).startswith("only case b shows pleural effusion.")
+
+    with pytest.raises(ValueError, match="no text"):
+        train_wordpiece_tokenizer(["", "  "])

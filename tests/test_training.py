@@ -279,6 +279,20 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
     assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
 
 
+def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run, toy, tmp_path):
+    from medreco.training.stage2 import conversation_texts, vqa_examples
+
+    _, stage1_out, _, _ = stage1_run
+    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path))
+    tokenizer = trainer.processor.tokenizer
+    assert trainer.config.tokenizer == "mined" and len(tokenizer) <= trainer.config.tokenizer_vocab_size + 8
+    assert trainer.model.config.text_config.vocab_size == len(tokenizer)
+    texts = conversation_texts(vqa_examples(trainer.data, "train", include_open_ended=True))
+    assert texts and not any(tokenizer.unk_token_id in tokenizer.encode(t, add_special_tokens=False) for t in texts)
+    with pytest.raises(RecipeError, match="own tokenizer"):
+        Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
+
+
 def test_qlora_is_refused_without_cuda(stage1_run, toy, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: QLoRA is allowed")

@@ -1,4 +1,4 @@
-"""From files to model input: readers, geometry, preprocessing, processors, cache, privacy."""
+"""From files to model input: readers, geometry, preprocessing, processors, tokenizers, cache, privacy."""
 
 from transformers import AutoImageProcessor
 
@@ -18,6 +18,7 @@ from .readers import (
     read_nifti,
     read_raster,
 )
+from .tokenization import train_wordpiece_tokenizer
 
 for _config in (MedReCoConfig, MedReCoVLMConfig):
     AutoImageProcessor.register(_config, image_processor_classes={"pil": MedReCoImageProcessor}, exist_ok=True)
@@ -47,4 +48,5 @@ __all__ = [
     "read_nifti",
     "read_raster",
     "to_canonical",
+    "train_wordpiece_tokenizer",
 ]

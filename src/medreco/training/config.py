@@ -127,7 +127,10 @@ class Stage2Config:
     model: ModelSource = field(default_factory=ModelSource)
     vision_model: str | None = "runs/stage1/final"  # stage-1 retrieval model whose vision encoder is reused
     language_model: str | None = "Qwen/Qwen2.5-7B-Instruct"  # pretrained LM (and tokenizer); None: from preset
-    tokenizer: str | None = None  # defaults to language_model
+    # defaults to language_model; "mined": a word-piece vocabulary learned from the training
+    # conversations (language models built from a preset only), at most `tokenizer_vocab_size` tokens
+    tokenizer: str | None = None
+    tokenizer_vocab_size: int = 2000
     data: DataConfig = field(default_factory=DataConfig)
     optimization: OptimizationConfig = field(
         default_factory=lambda: OptimizationConfig(learning_rate=2e-5, epochs=3.0, batch_size_2d=8, batch_size_3d=2)

@@ -24,13 +24,14 @@ from ..data.ontology import Ontology
 from ..data.vqa import longitudinal_questions
 from ..factory import PRESETS, create_model, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
-from ..processing import MedReCoImageProcessor, MedReCoProcessor
+from ..processing import MedReCoImageProcessor, MedReCoProcessor, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config, to_dict
 from .data import MinedData, check_nonempty, is_volumetric
 from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
 
 logger = logging.getLogger(__name__)
 LETTERS = "ABCD"
+MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the training conversations
 
 
 def closed_prompt(question: str, options: list[str]) -> str:
@@ -114,13 +115,46 @@ def homogeneous_order(examples: list[dict], batch_size: int, epochs: int, seed: 
     return ordered
 
 
-def build_vlm(config: Stage2Config) -> tuple[MedReCoForConditionalGeneration, MedReCoProcessor]:
-    """The VLM and its processor: stage-1 vision encoder, projector, and a pretrained or preset LM."""
-    quantization = _four_bit_config() if config.lora.quantization == "4bit" else None  # refuse early without CUDA
+def conversation_texts(examples: list[dict]) -> list[str]:
+    """Every text block of the examples' conversations (questions with options, answers)."""
+    return [
+        block["text"]
+        for example in examples
+        for message in example["messages"]
+        for block in message["content"]
+        if block["type"] == "text"
+    ]
+
+
+def build_tokenizer(config: Stage2Config, data: MinedData | None = None):
+    """The VLM's tokenizer: a pretrained one by name or path, or (`tokenizer: mined`) a word-piece
+    vocabulary learned from the training conversations of `data`."""
     tokenizer_name = config.tokenizer or config.language_model
     if tokenizer_name is None:
         raise RecipeError("stage2: set `tokenizer` (or `language_model`) so the VLM has a vocabulary")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_text_encoder(tokenizer_name))
+    if tokenizer_name != MINED_TOKENIZER:
+        return AutoTokenizer.from_pretrained(resolve_text_encoder(tokenizer_name))
+    if config.language_model is not None:
+        raise RecipeError(
+            f"stage2: tokenizer={MINED_TOKENIZER} is for language models built from a preset; "
+            f"{config.language_model} comes with its own tokenizer (leave `tokenizer` empty)"
+        )
+    if data is None:
+        raise RecipeError(f"stage2: tokenizer={MINED_TOKENIZER} needs the mined data to learn from")
+    examples = vqa_examples(data, "train", config.include_open_ended, config.include_longitudinal)
+    check_nonempty(examples, "training VQA samples", data.directory)
+    tokenizer = train_wordpiece_tokenizer(conversation_texts(examples), config.tokenizer_vocab_size)
+    logger.info("stage2: learned a %d-token vocabulary from %d training conversations", len(tokenizer), len(examples))
+    return tokenizer
+
+
+def build_vlm(
+    config: Stage2Config, data: MinedData | None = None
+) -> tuple[MedReCoForConditionalGeneration, MedReCoProcessor]:
+    """The VLM and its processor: stage-1 vision encoder, projector, and a pretrained or preset LM.
+    `data` (the mined tables) is needed only to learn a vocabulary (`tokenizer: mined`)."""
+    quantization = _four_bit_config() if config.lora.quantization == "4bit" else None  # refuse early without CUDA
+    tokenizer = build_tokenizer(config, data)
     vision_model = None
     if config.vision_model:
         if not (Path(config.vision_model) / "config.json").exists():
@@ -141,8 +175,9 @@ def build_vlm(config: Stage2Config) -> tuple[MedReCoForConditionalGeneration, Me
     )
     processor = MedReCoProcessor(image_processor, tokenizer, patch_size=patch)
     if config.language_model is None:
-        text_config = {**PRESETS[config.model.preset]["vlm"]["text_config"], "vocab_size": len(tokenizer)}
-        fields.setdefault("text_config", text_config)
+        # a preset LM with any fields the recipe overrides, sized to the tokenizer's vocabulary
+        preset_text = PRESETS[config.model.preset]["vlm"]["text_config"]
+        fields["text_config"] = {**preset_text, **fields.get("text_config", {}), "vocab_size": len(tokenizer)}
     model = create_model(
         "vlm",
         config.model.preset,
@@ -230,7 +265,7 @@ class Stage2Trainer:
     def __init__(self, config: Stage2Config):
         self.config = config
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
-        self.model, self.processor = build_vlm(config)
+        self.model, self.processor = build_vlm(config, self.data)
 
     def dataset(self):
         import datasets
@@ -337,7 +372,10 @@ def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:
 
 __all__ = [
     "Stage2Trainer",
+    "MINED_TOKENIZER",
+    "build_tokenizer",
     "build_vlm",
+    "conversation_texts",
     "closed_answer",
     "closed_prompt",
     "conversation",
