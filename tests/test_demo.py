@@ -40,6 +40,9 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     closed = metrics["vqa"]["closed"]
     assert closed["vlm"]["questions"] == closed["text_only"]["questions"] > 0
     assert 0.0 <= closed["vlm"]["accuracy"] <= 1.0 and 0.0 <= closed["text_only"]["accuracy"] <= 1.0
+    assert closed["scoring"] == "letter" and set(closed["by_scoring"]) == {"letter", "answer"}
+    assert closed["by_scoring"]["letter"] == {**closed["vlm"], "mcnemar": closed["mcnemar"]}
+    assert closed["by_scoring"]["answer"]["questions"] == closed["vlm"]["questions"]
     report_metrics = {"ratescore", "radgraph"}  # scored when installed, else the reason is recorded
     assert set(metrics["vqa"]["open_ended"]) - report_metrics == {
         "questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"
@@ -134,7 +137,14 @@ def test_markdown_and_html_reports_render_tables():
     metrics = {
         "retrieval": {"all": {"all": entry}},
         "vqa": {
-            "closed": {"vlm": rate, "text_only": rate, "mcnemar": {"p_value": 1.0}, "by_dimension": {"presence": rate}},
+            "closed": {
+                "scoring": "letter",
+                "vlm": rate,
+                "text_only": rate,
+                "mcnemar": {"p_value": 1.0},
+                "by_scoring": {name: {**rate, "mcnemar": {"p_value": 1.0}} for name in ("letter", "answer")},
+                "by_dimension": {"presence": rate},
+            },
             "open_ended": {"questions": 1, "bleu": 0.1},
             "examples": [{"study_a": "a", "study_b": "b", "question": "q?", "reference": "r <b>", "answer": ""}],
         },
@@ -142,6 +152,7 @@ def test_markdown_and_html_reports_render_tables():
     }
     markdown = markdown_report(metrics)
     assert "| all | all | 4 | entity | 50.0 [20.0-80.0]" in markdown
+    assert "answer likelihood) | 50.0 [10.0-90.0] | 2 |" in markdown and "letter p = 1" in markdown
     page = html_report(markdown)
     assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
     assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped

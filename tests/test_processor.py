@@ -169,3 +169,39 @@ def test_a_vocabulary_learned_from_conversations_round_trips_through_auto_proces
 
     with pytest.raises(ValueError, match="no text"):
         train_wordpiece_tokenizer(["", "  "])
+
+
+def test_answer_scoring_picks_the_option_whose_whole_answer_is_most_likely(processor):
+    """Closed questions scored by answer likelihood: the batched, padded scoring of all options
+    agrees with each answer's log-likelihood computed alone."""
+    from medreco.evaluation.vqa import choose_option
+    from medreco.training.stage2 import closed_answer, closed_prompt, conversation
+
+    torch.manual_seed(0)
+    model = medreco.create_model(
+        "vlm",
+        "tiny",
+        image_token_id=processor.image_token_id,
+        text_config={**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)},
+    ).eval()
+    images = [np.random.rand(50, 50), np.random.rand(50, 50)]
+    question, options = "Which case shows pleural effusion?", ["Case A only", "Neither case", "Both cases"]
+
+    def log_likelihood(letter: str) -> float:
+        messages = conversation(closed_prompt(question, options), "chest_xray", closed_answer(options, letter), images)
+        inputs = processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+        labels = inputs.pop("labels")[0, 1:]
+        keep = ("input_ids", "attention_mask", "pixel_values", "modality_ids")
+        with torch.no_grad():
+            log_probs = model(**{k: v for k, v in inputs.items() if k in keep}).logits[0, :-1].log_softmax(-1)
+        trained = labels != -100
+        return float(log_probs[trained].gather(1, labels[trained][:, None]).sum())
+
+    scores = {letter: log_likelihood(letter) for letter in "ABC"}
+    assert len(set(scores.values())) == 3  # answers of different lengths and words
+    assert choose_option(model, processor, images, "chest_xray", question, options, "answer") == max(
+        scores, key=scores.get
+    )
+    assert choose_option(model, processor, images, "chest_xray", question, options, "letter") in "ABC"
+    with pytest.raises(ValueError, match="unknown closed-question scoring"):
+        choose_option(model, processor, images, "chest_xray", question, options, "vibes")

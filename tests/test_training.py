@@ -457,6 +457,8 @@ def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, to
     trainer.train()
     after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
     assert after >= 0.8 and after > before + 0.2, (before, after)
+    by_answer = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="answer")
+    assert by_answer["accuracy"] >= 0.8, by_answer["accuracy"]
 
 
 def test_entity_batches_give_each_ranking_batch_one_entity(toy, tmp_path):

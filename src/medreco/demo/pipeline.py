@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 # attribute agreement must both be high for a positive and both low for a negative.
 POSITIVE_THRESHOLD = {"embedding": 0.8, "agreement": 0.99}
 NEGATIVE_THRESHOLD = {"embedding": 0.75, "agreement": 0.01}
+# The demo's language model: the tiny preset's Qwen2 widened and deepened. At width 32 and two layers
+# it learned the answers' wording but not which option to pick; its vocabulary is learned from the
+# training conversations (`tokenizer: mined`), so the width costs little.
+LANGUAGE_MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4}
 
 
 @dataclass
@@ -63,8 +67,8 @@ FULL = {
     "alignment_steps": 3000,
     "stage1_steps": 2000,
     "reranker_steps": 150,
-    "stage2_steps": 250,
-    "stage2_batch_size": 8,
+    "stage2_steps": 1200,
+    "stage2_batch_size": 16,
     "closed_questions": 300,
     "open_questions": 40,
 }
@@ -73,8 +77,8 @@ QUICK = {
     "alignment_steps": 300,
     "stage1_steps": 120,
     "reranker_steps": 20,
-    "stage2_steps": 30,
-    "stage2_batch_size": 4,
+    "stage2_steps": 60,
+    "stage2_batch_size": 8,
     "closed_questions": 40,
     "open_questions": 6,
 }
@@ -139,6 +143,7 @@ def run_demo(config: DemoConfig) -> dict:
         "stage2": [
             cache,
             f"vision_model={stage1 / 'final'}",
+            *(f"model.overrides.text_config.{key}={value}" for key, value in LANGUAGE_MODEL.items()),
             f"optimization.max_steps={config.stage2_steps}",
             f"optimization.batch_size_2d={config.stage2_batch_size}",
             f"optimization.batch_size_3d={config.stage2_batch_size}",

@@ -139,16 +139,24 @@ def markdown_report(metrics: dict) -> str:
         "| system | closed-ended accuracy % [95% CI] | questions |",
         "|---|---|---|",
     ]
-    for name, label in (
-        ("vlm", "MedReCo-VLM (images + question)"),
-        ("text_only", "text-only baseline (question only)"),
-    ):
-        entry = closed[name]
+    scorings = {
+        "letter": "MedReCo-VLM (images + question; option letter)",
+        "answer": "MedReCo-VLM (images + question; answer likelihood)",
+    }
+    systems = [(scorings.get(name, name), entry) for name, entry in closed["by_scoring"].items()]
+    for label, entry in [*systems, ("text-only baseline (question only)", closed["text_only"])]:
         lines.append(
             f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
             f"| {entry['questions']} |"
         )
-    lines += ["", f"McNemar (VLM vs text-only): p = {closed['mcnemar']['p_value']:.3g}.", ""]
+    tests = [f"{name} p = {entry['mcnemar']['p_value']:.3g}" for name, entry in closed["by_scoring"].items()]
+    lines += [
+        "",
+        f"McNemar (VLM vs text-only): {', '.join(tests)}. Option letter: the letter the model finds most "
+        "likely to open its answer; answer likelihood: the option whose whole answer it finds most likely. "
+        f"Accuracy by question dimension uses the {closed['scoring']} scoring.",
+        "",
+    ]
     lines += ["| question dimension | VLM accuracy % | questions |", "|---|---|---|"]
     for name, entry in closed["by_dimension"].items():
         lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")

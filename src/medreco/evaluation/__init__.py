@@ -5,6 +5,7 @@ from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_
 from .retrieval import entity_level, evaluate_retrieval, summarize_retrieval
 from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
 from .vqa import (
+    CLOSED_SCORING,
     accuracy_summary,
     choose_option,
     closed_accuracy,
@@ -17,6 +18,7 @@ from .vqa import (
 
 __all__ = [
     "BENCHMARKS",
+    "CLOSED_SCORING",
     "BERTScorer",
     "BenchmarkDataError",
     "ImageLocator",

@@ -2,10 +2,14 @@
 longitudinal follow-up benchmark (accuracy by finding, attribute and change label, with a
 confusion matrix) and open-ended answer scores.
 
-Closed questions are answered without free-text parsing: the model reads the two images and the
-question with its lettered options (the stage-2 prompt), and its answer is the option letter with
-the highest next-token logit after the assistant turn opens, so every question gets exactly one
-answer."""
+Closed questions are answered without free-text parsing, so every question gets exactly one
+answer. The model reads the two images and the question with its lettered options (the stage-2
+prompt) and its choice is, by `scoring`:
+- `"letter"`: the option letter with the highest next-token logit after the assistant turn opens;
+- `"answer"`: the option whose whole trained answer ("B. Case B only", end of turn included) has the
+  highest log-likelihood, the usual multiple-choice protocol for language models (lm-eval-harness).
+  A small language model trained from scratch learns what the answer says long before it learns
+  to point at the option's letter; this scoring measures the former."""
 
 from __future__ import annotations
 
@@ -18,32 +22,56 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
-from ..training.stage2 import LETTERS, closed_prompt, conversation
+from ..training.stage2 import LETTERS, closed_answer, closed_prompt, conversation
 from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
+
+CLOSED_SCORING = ("letter", "answer")
+
+
+def _model_inputs(inputs: dict) -> dict:
+    return {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")}
 
 
 @torch.no_grad()
-def choose_option(model, processor, images: Sequence, modality: str, question: str, options: Sequence[str]) -> str:
-    """The letter (A, B, ...) the model finds most likely as the first answer token."""
-    messages = conversation(closed_prompt(question, list(options)), modality, images=list(images))
+def choose_option(
+    model, processor, images: Sequence, modality: str, question: str, options: Sequence[str], scoring: str = "letter"
+) -> str:
+    """The letter (A, B, ...) of the option the model chooses (see the module doc for `scoring`)."""
+    if scoring not in CLOSED_SCORING:
+        raise ValueError(f"unknown closed-question scoring {scoring!r}; choose from {CLOSED_SCORING}")
+    letters = LETTERS[: len(options)]
+    prompt = closed_prompt(question, list(options))
+    if scoring == "answer":
+        conversations = [
+            conversation(prompt, modality, closed_answer(list(options), letter), images=list(images))
+            for letter in letters
+        ]
+        inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
+        log_probs = model(**_model_inputs(inputs)).logits[:, :-1].float().log_softmax(-1)
+        targets = inputs["labels"][:, 1:]
+        trained = targets != -100
+        token_scores = log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        return letters[int(torch.argmax((token_scores * trained).sum(-1)))]
+    messages = conversation(prompt, modality, images=list(images))
     inputs = processor.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
     )
-    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")}
-    logits = model(**inputs).logits[0, -1]
-    letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in LETTERS[: len(options)]]
-    return LETTERS[int(torch.argmax(logits[letter_ids]))]
+    logits = model(**_model_inputs(inputs)).logits[0, -1]
+    letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in letters]
+    return letters[int(torch.argmax(logits[letter_ids]))]
 
 
-def closed_accuracy(model, processor, rows: Sequence[dict], studies: dict, progress: bool = False) -> dict:
+def closed_accuracy(
+    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = "letter"
+) -> dict:
     """Accuracy over mined VQA rows (study_a, study_b, question, options, answer); `studies` maps
     study ids to objects with `image` and `modality`. Also returns each row's predicted letter."""
     model.eval()
     predicted = []
-    for row in tqdm(rows, desc="closed VQA", unit="question", disable=not progress):
+    for row in tqdm(rows, desc=f"closed VQA ({scoring})", unit="question", disable=not progress):
         a, b = studies[row["study_a"]], studies[row["study_b"]]
         predicted.append(
-            choose_option(model, processor, [a.image, b.image], a.modality, row["question"], row["options"])
+            choose_option(model, processor, [a.image, b.image], a.modality, row["question"], row["options"], scoring)
         )
     hits = [p == row["answer"] for p, row in zip(predicted, rows, strict=True)]
     return {
@@ -68,20 +96,35 @@ def accuracy_summary(hits: Sequence[bool]) -> dict:
 
 
 def evaluate_closed_vqa(
-    model, processor, rows: Sequence[dict], train_rows: Sequence[dict], studies: dict, progress: bool = False
+    model,
+    processor,
+    rows: Sequence[dict],
+    train_rows: Sequence[dict],
+    studies: dict,
+    progress: bool = False,
+    scorings: Sequence[str] = CLOSED_SCORING,
 ) -> dict:
-    """The VLM's closed-ended accuracy overall and per question dimension, the text-only
-    baseline's on the same questions, and the exact McNemar test between the two."""
-    vlm = closed_accuracy(model, processor, rows, studies, progress)["correct"]
+    """The VLM's closed-ended accuracy under each of `scorings` (the first is the headline `vlm`,
+    also split by question dimension), the text-only baseline's on the same questions, and the
+    exact McNemar test between the VLM and the baseline."""
     text = text_only_baseline(train_rows, rows)
+    hits = {
+        scoring: closed_accuracy(model, processor, rows, studies, progress, scoring)["correct"] for scoring in scorings
+    }
+    headline = hits[scorings[0]]
     by_dimension = defaultdict(list)
-    for row, hit in zip(rows, vlm, strict=True):
+    for row, hit in zip(rows, headline, strict=True):
         by_dimension[row.get("dimension", "all")].append(hit)
     return {
-        "vlm": accuracy_summary(vlm),
+        "scoring": scorings[0],
+        "vlm": accuracy_summary(headline),
         "text_only": accuracy_summary(text),
-        "mcnemar": mcnemar_test(vlm, text),
-        "by_dimension": {name: accuracy_summary(hits) for name, hits in sorted(by_dimension.items())},
+        "mcnemar": mcnemar_test(headline, text),
+        "by_scoring": {
+            scoring: {**accuracy_summary(scored), "mcnemar": mcnemar_test(scored, text)}
+            for scoring, scored in hits.items()
+        },
+        "by_dimension": {name: accuracy_summary(dimension) for name, dimension in sorted(by_dimension.items())},
     }
 
 
@@ -166,6 +209,7 @@ def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[
 
 
 __all__ = [
+    "CLOSED_SCORING",
     "accuracy_summary",
     "confusion_table",
     "choose_option",
