@@ -67,7 +67,7 @@ FULL = {
     "alignment_steps": 3000,
     "stage1_steps": 2000,
     "reranker_steps": 150,
-    "stage2_steps": 1000,
+    "stage2_steps": 800,
     "stage2_batch_size": 16,
     "closed_questions": 300,
     "open_questions": 40,
