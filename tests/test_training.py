@@ -260,7 +260,7 @@ def stage2_config(toy: Path, vision: Path, out: Path, *extra: str) -> Stage2Conf
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora):
+def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora, capsys):
     _, stage1_out, _, _ = stage1_run
     config = stage2_config(toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}")
     trainer = Stage2Trainer(config)
@@ -268,6 +268,7 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
     projector_before = {k: v.clone() for k, v in trainer.model.model.multi_modal_projector.state_dict().items()}
     summary = trainer.train(max_steps=6)["stage2"]
     assert summary["steps"] == 6 and summary["lora"] == lora
+    assert "'loss'" not in capsys.readouterr().out  # run.progress=false: no log lines on stdout
     assert summary["last_loss"] < summary["first_loss"]
     model = AutoModelForImageTextToText.from_pretrained(tmp_path / "final")
     for name, tensor in model.model.vision_tower.state_dict().items():

@@ -325,13 +325,18 @@ class Stage2Trainer:
         peft_config = lora_config(self.config) if self.config.lora.enabled else None
         if self.config.lora.quantization == "4bit" and not self.config.lora.enabled:
             raise RecipeError("stage2: 4-bit quantization trains adapters only; set lora.enabled=true")
-        return trainer_class(
+        trainer = trainer_class(
             model=self.model,
             args=self.sft_config(max_steps),
             train_dataset=self.dataset(),
             processing_class=self.processor,
             peft_config=peft_config,
         )
+        if not self.config.run.progress:
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # quiet: losses go to the logs and trackers, not stdout
+        return trainer
 
     def train(self, max_steps: int | None = None) -> dict:
         out = Path(self.config.run.output_dir)
