@@ -308,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--reranker")
     evaluate.add_argument("--split", default="test")
     evaluate.add_argument("--rerank-top", type=int, default=10)
+    evaluate.add_argument(
+        "--clip-model",
+        action="append",
+        default=[],
+        metavar="NAME_OR_PATH",
+        help="also rank with a CLIP-style model's whole-image similarity (repeatable)",
+    )
     evaluate.add_argument("--out", help="write the per-query results and summary (JSON)")
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=_evaluate)
@@ -437,14 +444,16 @@ def _compare(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
     from .atomic import write_text_atomically
-    from .evaluation import evaluate_retrieval
+    from .evaluation import ClipBaseline, evaluate_retrieval
     from .retrieval import RerankerScorer, RetrievalEncoder
     from .training.data import MinedData
 
     encoder = RetrievalEncoder.from_pretrained(args.model)
     reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    data = MinedData(args.mined)
+    clip = {f"clip:{Path(name).name}": ClipBaseline(name, data.studies) for name in args.clip_model}
     report = evaluate_retrieval(
-        encoder, MinedData(args.mined), args.split, reranker, args.rerank_top, progress=not args.quiet
+        encoder, data, args.split, reranker, args.rerank_top, extra_systems=clip, progress=not args.quiet
     )
     if args.out:
         write_text_atomically(args.out, json.dumps(report, indent=1))

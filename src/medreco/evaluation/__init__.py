@@ -2,7 +2,7 @@
 
 from .benchmarks import BENCHMARKS, BenchmarkDataError, ImageLocator, run_benchmark
 from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
-from .retrieval import entity_level, evaluate_retrieval, summarize_retrieval
+from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize_retrieval
 from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
 from .vqa import (
     CLOSED_SCORING,
@@ -18,6 +18,7 @@ from .vqa import (
 
 __all__ = [
     "BENCHMARKS",
+    "ClipBaseline",
     "CLOSED_SCORING",
     "BERTScorer",
     "BenchmarkDataError",

@@ -35,6 +35,53 @@ KS = (1, 3, 5)
 ExternalSystem = Callable[[str, list[str]], list[float]]  # (query study, gallery studies) -> scores
 
 
+class ClipBaseline:
+    """A CLIP-style model's whole-image similarity as an extra retrieval system (an
+    `ExternalSystem`): any Hugging Face model with `get_image_features` and an image processor
+    (CLIP, SigLIP, BiomedCLIP exports, ...). Each study is read with our readers, shown to the
+    model as an 8-bit RGB picture in its own display window (the middle slice of a volume, since
+    such models read 2D pictures), embedded once and compared by cosine similarity."""
+
+    def __init__(self, model_name_or_path: str, studies: dict, batch_size: int = 32):
+        from transformers import AutoImageProcessor, AutoModel
+
+        self.name = model_name_or_path
+        self.model = AutoModel.from_pretrained(model_name_or_path).eval()
+        if not hasattr(self.model, "get_image_features"):
+            raise ValueError(f"{model_name_or_path}: not a CLIP-style model (it has no get_image_features)")
+        self.image_processor = AutoImageProcessor.from_pretrained(model_name_or_path)
+        self.studies, self.batch_size = studies, batch_size
+        self.features: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def picture(path: str) -> np.ndarray:
+        """(H, W, 3) uint8: the image's middle slice in its display window (else its 0.5-99.5
+        percentile range)."""
+        from ..processing import load_image
+
+        image = load_image(path)
+        plane = image.array[image.array.shape[0] // 2]
+        low, high = image.display_window or tuple(np.percentile(plane, [0.5, 99.5]))
+        scaled = np.clip((plane - low) / max(high - low, 1e-6), 0.0, 1.0)
+        return np.repeat((scaled * 255).round().astype(np.uint8)[..., None], 3, axis=-1)
+
+    @torch.no_grad()
+    def embed(self, study_ids: list[str]) -> None:
+        missing = [s for s in dict.fromkeys(study_ids) if s not in self.features]
+        for start in range(0, len(missing), self.batch_size):
+            batch = missing[start : start + self.batch_size]
+            pictures = [self.picture(self.studies[s].image) for s in batch]
+            inputs = self.image_processor(images=pictures, return_tensors="pt")
+            output = self.model.get_image_features(**inputs)
+            features = output if isinstance(output, torch.Tensor) else output.pooler_output
+            for study, feature in zip(batch, torch.nn.functional.normalize(features.float(), dim=-1), strict=True):
+                self.features[study] = feature
+
+    def __call__(self, query: str, gallery: list[str]) -> list[float]:
+        self.embed([query, *gallery])
+        return (torch.stack([self.features[s] for s in gallery]) @ self.features[query]).tolist()
+
+
 def entity_level(entity_id: str) -> str:
     """ "cxr/abnormal/pleural-effusion@pleura" -> "abnormality"."""
     parts = entity_id.split("/")
@@ -168,7 +215,8 @@ def summarize_retrieval(results: list[dict]) -> dict:
             stats["ndcg@5"] = float(np.mean([m["systems"][system]["ndcg@5"] for m in members]))
             entry[system] = stats
         tests = {}
-        for a, b in (("entity", "holistic"), ("entity+rerank", "entity")):
+        extras = [name for name in systems if name not in ("entity", "entity+rerank", "holistic")]
+        for a, b in (("entity", "holistic"), ("entity+rerank", "entity"), *(("entity", name) for name in extras)):
             if a in systems and b in systems:
                 tests[f"{a} vs {b}"] = mcnemar_test(
                     [bool(m["systems"][a]["recall@1"]) for m in members],
