@@ -14,7 +14,7 @@ from medreco.training.stage1 import Stage1Trainer
 from toy_mined import RECIPES
 
 
-def main(mined: str, out: str, deepspeed: str = "") -> None:
+def main(mined: str, out: str, deepspeed: str = "", *extra: str) -> None:
     overrides = [
         f"data.mined_dir={mined}",
         f"run.output_dir={out}",
@@ -28,6 +28,7 @@ def main(mined: str, out: str, deepspeed: str = "") -> None:
     ]
     if deepspeed:
         overrides.append(f"run.deepspeed_config={deepspeed}")
+    overrides += extra  # more recipe overrides
     torch.manual_seed(0)
     trainer = Stage1Trainer(load_recipe("tiny", "stage1", overrides))
     trainer.train()

@@ -318,8 +318,10 @@ def torchrun(nproc: int, *args: str, env: dict | None = None) -> subprocess.Comp
     )
 
 
-def test_two_cpu_processes_train_stage1_in_ddp_to_identical_weights(toy, tmp_path):
-    result = torchrun(2, str(toy), str(tmp_path), env={"ACCELERATE_USE_CPU": "1"})
+@pytest.mark.parametrize("frozen_text", [False, True])
+def test_two_cpu_processes_train_stage1_in_ddp_to_identical_weights(toy, tmp_path, frozen_text):
+    extra = ["", "freeze_text_encoder=true", "alignment.max_steps=2"] if frozen_text else []
+    result = torchrun(2, str(toy), str(tmp_path), *extra, env={"ACCELERATE_USE_CPU": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     digests = {p.read_text() for p in tmp_path.glob("rank*.sha256")}
     assert len(list(tmp_path.glob("rank*.sha256"))) == 2 and len(digests) == 1

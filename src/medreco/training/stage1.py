@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -145,11 +146,15 @@ class Stage1Trainer:
 
     @torch.no_grad()
     def pooled_reports(self, studies: list[str], batch_size: int = 32) -> dict[str, torch.Tensor]:
-        """Each report's pooled output of the frozen text backbone, computed once (on a GPU when
-        there is one), so alignment steps only run the vision encoder and the projection."""
+        """Each report's pooled output of the frozen text backbone, computed once (on this
+        process's GPU when there is one), so alignment steps only run the vision encoder and the
+        projection."""
         encoder = self.model.text_encoder
         was_training, home = encoder.training, next(encoder.parameters()).device
-        device = torch.device("cuda") if torch.cuda.is_available() else home
+        # the accelerator does not exist yet, and creating its state here would precede the
+        # launcher's setup; the local rank names the GPU it will use
+        gpu = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true")
+        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else home
         encoder.eval().to(device)
         pooled = {}
         batches = range(0, len(studies), batch_size)
