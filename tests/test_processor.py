@@ -205,3 +205,39 @@ def test_answer_scoring_picks_the_option_whose_whole_answer_is_most_likely(proce
     assert choose_option(model, processor, images, "chest_xray", question, options, "letter") in "ABC"
     with pytest.raises(ValueError, match="unknown closed-question scoring"):
         choose_option(model, processor, images, "chest_xray", question, options, "vibes")
+
+
+def test_letter_scoring_shares_the_forward_of_answer_scoring(processor):
+    """The next-token logits after the assistant turn opens are the logits before the first answer
+    token of the answer batch, so both scorings come from one forward and agree with each alone."""
+    from medreco.evaluation.vqa import choose_option, choose_options
+    from medreco.training.stage2 import closed_answer, closed_prompt, conversation
+
+    torch.manual_seed(1)
+    model = medreco.create_model(
+        "vlm",
+        "tiny",
+        image_token_id=processor.image_token_id,
+        text_config={**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)},
+    ).eval()
+    images = [np.random.rand(50, 50), np.random.rand(50, 50)]
+    question = "Which case shows pleural effusion?"
+    options = ["Case A only", "Neither case", "Both cases", "Case B only"]
+    keep = ("input_ids", "attention_mask", "pixel_values", "modality_ids")
+    prompt = closed_prompt(question, options)
+    opened = processor.apply_chat_template(
+        conversation(prompt, "chest_xray", images=images), add_generation_prompt=True, tokenize=True,
+        return_dict=True, return_tensors="pt",
+    )  # fmt: skip
+    answered = processor.apply_chat_template(
+        conversation(prompt, "chest_xray", closed_answer(options, "C"), images),
+        tokenize=True, return_dict=True, return_tensors="pt",
+    )  # fmt: skip
+    first_answer_token = int((answered.pop("labels")[0] != -100).nonzero()[0])
+    with torch.no_grad():
+        after_prompt = model(**{k: v for k, v in opened.items() if k in keep}).logits[0, -1]
+        in_answer = model(**{k: v for k, v in answered.items() if k in keep}).logits[0, first_answer_token - 1]
+    torch.testing.assert_close(after_prompt, in_answer, rtol=1e-4, atol=1e-4)
+    both = choose_options(model, processor, images, "chest_xray", question, options, ("letter", "answer"))
+    alone = {s: choose_option(model, processor, images, "chest_xray", question, options, s) for s in both}
+    assert both == alone

@@ -49,6 +49,12 @@ def test_agreement_compares_status_and_attributes():
     ]
     for x, y, expected in pairs:
         assert agreement.score([x], [y])[0] == pytest.approx(expected), (x.text, y.text)
+    # the all-pairs matrix (attributes read once per statement) equals the pairwise scores
+    first, second = [x for x, _, _ in pairs], [y for _, y, _ in pairs]
+    matrix = agreement.matrix(first, second)
+    assert matrix.shape == (5, 5)
+    assert np.array_equal(matrix, [[agreement.score([x], [y])[0] for y in second] for x in first])
+    assert agreement.matrix([], second).shape == (0, 5)
 
 
 def test_combination_thresholds_and_ranking(embedding):

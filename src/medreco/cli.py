@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="the whole system on the synthetic cohort: train, evaluate, report")
     demo.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
     demo.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
-    demo.add_argument("--patients", type=int, help="synthetic patients (default 200; quick 40)")
+    demo.add_argument("--patients", type=int, help="synthetic patients (default 400; quick 40)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(handler=_demo)

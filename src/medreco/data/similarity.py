@@ -94,23 +94,35 @@ class AgreementSimilarity(SimilarityMetric):
     name = "agreement"
 
     def score(self, a: list[EntityStatement], b: list[EntityStatement]) -> np.ndarray:
-        return np.array([self._pair(x, y) for x, y in zip(a, b)], dtype=np.float64)
+        return np.array([_agreement(_facts(x), _facts(y)) for x, y in zip(a, b)], dtype=np.float64)
 
-    @staticmethod
-    def _pair(x: EntityStatement, y: EntityStatement) -> float:
-        if x.status is not y.status:
-            return 0.0
-        if x.status is not MentionStatus.POSITIVE:
-            return 1.0
-        first, second = read_attributes(x.text).comparable(), read_attributes(y.text).comparable()
-        shared = set(first) & set(second)
-        if not shared:
-            return 1.0 if not first and not second else 0.5
-        agree = 0
-        for name in shared:
-            u, v = first[name], second[name]
-            agree += abs(u - v) <= 0.2 * max(u, v) if name == "size_mm" else u == v
-        return agree / len(set(first) | set(second))
+    def matrix(self, a: list[EntityStatement], b: list[EntityStatement]) -> np.ndarray:
+        # each statement's attributes are read once, not once per pair
+        first, second = [_facts(x) for x in a], [_facts(y) for y in b]
+        return np.array([[_agreement(x, y) for y in second] for x in first], dtype=np.float64).reshape(len(a), len(b))
+
+
+def _facts(statement: EntityStatement) -> tuple[MentionStatus, dict]:
+    """Mention status and, for positive mentions, the attributes the text states."""
+    if statement.status is not MentionStatus.POSITIVE:
+        return statement.status, {}
+    return statement.status, read_attributes(statement.text).comparable()
+
+
+def _agreement(x: tuple[MentionStatus, dict], y: tuple[MentionStatus, dict]) -> float:
+    (status, first), (other_status, second) = x, y
+    if status is not other_status:
+        return 0.0
+    if status is not MentionStatus.POSITIVE:
+        return 1.0
+    shared = first.keys() & second.keys()
+    if not shared:
+        return 1.0 if not first and not second else 0.5
+    agree = 0
+    for name in shared:
+        u, v = first[name], second[name]
+        agree += abs(u - v) <= 0.2 * max(u, v) if name == "size_mm" else u == v
+    return agree / len(first.keys() | second.keys())
 
 
 class RaTEScoreSimilarity(SimilarityMetric):

@@ -16,12 +16,14 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from tqdm.auto import tqdm
 
 from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
+from ..processing import load_image
 from ..training.stage2 import LETTERS, closed_answer, closed_prompt, conversation
 from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 
@@ -33,46 +35,78 @@ def _model_inputs(inputs: dict) -> dict:
 
 
 @torch.no_grad()
+def choose_options(
+    model, processor, images: Sequence, modality: str, question: str, options: Sequence[str], scorings: Sequence[str]
+) -> dict[str, str]:
+    """The letter (A, B, ...) of the option the model chooses under each of `scorings` (see the
+    module doc). With `"answer"` among them, one padded batch of the options' answers serves every
+    scoring: the next-token logits before the first answer token are those of `"letter"`."""
+    unknown = [s for s in scorings if s not in CLOSED_SCORING]
+    if unknown:
+        raise ValueError(f"unknown closed-question scoring {unknown[0]!r}; choose from {CLOSED_SCORING}")
+    letters = LETTERS[: len(options)]
+    letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in letters]
+    prompt = closed_prompt(question, list(options))
+    if "answer" not in scorings:
+        messages = conversation(prompt, modality, images=list(images))
+        inputs = processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        logits = model(**_model_inputs(inputs)).logits[0, -1]
+        return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
+    # the batch holds every option's answer after the same two images: read each file once
+    images = [_read_once(processor, image) for image in images]
+    conversations = [
+        conversation(prompt, modality, closed_answer(list(options), letter), images=images) for letter in letters
+    ]
+    inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
+    logits = model(**_model_inputs(inputs)).logits[:, :-1].float()
+    targets = inputs["labels"][:, 1:]
+    trained = targets != -100
+    token_scores = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    chosen = {"answer": letters[int(torch.argmax((token_scores * trained).sum(-1)))]}
+    if "letter" in scorings:
+        # every answer starts with its letter after the same prompt: the logits before it are shared
+        before_answer = int(trained[0].nonzero()[0])
+        chosen["letter"] = letters[int(torch.argmax(logits[0, before_answer, letter_ids]))]
+    return {scoring: chosen[scoring] for scoring in scorings}
+
+
+def _read_once(processor, image):
+    if isinstance(image, (str, Path)):
+        return load_image(image, processor.image_processor.reader_options)
+    return image
+
+
 def choose_option(
     model, processor, images: Sequence, modality: str, question: str, options: Sequence[str], scoring: str = "letter"
 ) -> str:
-    """The letter (A, B, ...) of the option the model chooses (see the module doc for `scoring`)."""
-    if scoring not in CLOSED_SCORING:
-        raise ValueError(f"unknown closed-question scoring {scoring!r}; choose from {CLOSED_SCORING}")
-    letters = LETTERS[: len(options)]
-    prompt = closed_prompt(question, list(options))
-    if scoring == "answer":
-        conversations = [
-            conversation(prompt, modality, closed_answer(list(options), letter), images=list(images))
-            for letter in letters
-        ]
-        inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
-        log_probs = model(**_model_inputs(inputs)).logits[:, :-1].float().log_softmax(-1)
-        targets = inputs["labels"][:, 1:]
-        trained = targets != -100
-        token_scores = log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        return letters[int(torch.argmax((token_scores * trained).sum(-1)))]
-    messages = conversation(prompt, modality, images=list(images))
-    inputs = processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-    )
-    logits = model(**_model_inputs(inputs)).logits[0, -1]
-    letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in letters]
-    return letters[int(torch.argmax(logits[letter_ids]))]
+    """The letter (A, B, ...) of the option the model chooses under one `scoring`."""
+    return choose_options(model, processor, images, modality, question, options, (scoring,))[scoring]
+
+
+def closed_predictions(
+    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scorings: Sequence[str] = ("letter",)
+) -> dict[str, list[str]]:
+    """The letter each scoring chooses for each of the mined VQA rows (study_a, study_b, question,
+    options); `studies` maps study ids to objects with `image` and `modality`."""
+    model.eval()
+    predicted: dict[str, list[str]] = {scoring: [] for scoring in scorings}
+    for row in tqdm(rows, desc=f"closed VQA ({', '.join(scorings)})", unit="question", disable=not progress):
+        a, b = studies[row["study_a"]], studies[row["study_b"]]
+        chosen = choose_options(
+            model, processor, [a.image, b.image], a.modality, row["question"], row["options"], scorings
+        )
+        for scoring in scorings:
+            predicted[scoring].append(chosen[scoring])
+    return predicted
 
 
 def closed_accuracy(
     model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = "letter"
 ) -> dict:
-    """Accuracy over mined VQA rows (study_a, study_b, question, options, answer); `studies` maps
-    study ids to objects with `image` and `modality`. Also returns each row's predicted letter."""
-    model.eval()
-    predicted = []
-    for row in tqdm(rows, desc=f"closed VQA ({scoring})", unit="question", disable=not progress):
-        a, b = studies[row["study_a"]], studies[row["study_b"]]
-        predicted.append(
-            choose_option(model, processor, [a.image, b.image], a.modality, row["question"], row["options"], scoring)
-        )
+    """Accuracy over mined VQA rows under one `scoring`, with each row's predicted letter."""
+    predicted = closed_predictions(model, processor, rows, studies, progress, (scoring,))[scoring]
     hits = [p == row["answer"] for p, row in zip(predicted, rows, strict=True)]
     return {
         "accuracy": sum(hits) / len(hits) if hits else 0.0,
@@ -108,8 +142,10 @@ def evaluate_closed_vqa(
     also split by question dimension), the text-only baseline's on the same questions, and the
     exact McNemar test between the VLM and the baseline."""
     text = text_only_baseline(train_rows, rows)
+    predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
-        scoring: closed_accuracy(model, processor, rows, studies, progress, scoring)["correct"] for scoring in scorings
+        scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
+        for scoring, letters in predicted.items()
     }
     headline = hits[scorings[0]]
     by_dimension = defaultdict(list)
@@ -213,7 +249,9 @@ __all__ = [
     "accuracy_summary",
     "confusion_table",
     "choose_option",
+    "choose_options",
     "closed_accuracy",
+    "closed_predictions",
     "evaluate_closed_vqa",
     "evaluate_longitudinal",
     "evaluate_open_ended",
