@@ -171,19 +171,20 @@ def test_a_vocabulary_learned_from_conversations_round_trips_through_auto_proces
         train_wordpiece_tokenizer(["", "  "])
 
 
+def random_vlm(processor, seed: int):
+    """A randomly initialised tiny VLM that reads the processor's vocabulary."""
+    torch.manual_seed(seed)
+    text_config = {**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)}
+    return medreco.create_model("vlm", "tiny", image_token_id=processor.image_token_id, text_config=text_config).eval()
+
+
 def test_answer_scoring_picks_the_option_whose_whole_answer_is_most_likely(processor):
     """Closed questions scored by answer likelihood: the batched, padded scoring of all options
     agrees with each answer's log-likelihood computed alone."""
     from medreco.evaluation.vqa import choose_option
     from medreco.training.stage2 import closed_answer, closed_prompt, conversation
 
-    torch.manual_seed(0)
-    model = medreco.create_model(
-        "vlm",
-        "tiny",
-        image_token_id=processor.image_token_id,
-        text_config={**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)},
-    ).eval()
+    model = random_vlm(processor, seed=0)
     images = [np.random.rand(50, 50), np.random.rand(50, 50)]
     question, options = "Which case shows pleural effusion?", ["Case A only", "Neither case", "Both cases"]
 
@@ -213,13 +214,7 @@ def test_letter_scoring_shares_the_forward_of_answer_scoring(processor):
     from medreco.evaluation.vqa import choose_option, choose_options
     from medreco.training.stage2 import closed_answer, closed_prompt, conversation
 
-    torch.manual_seed(1)
-    model = medreco.create_model(
-        "vlm",
-        "tiny",
-        image_token_id=processor.image_token_id,
-        text_config={**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(processor.tokenizer)},
-    ).eval()
+    model = random_vlm(processor, seed=1)
     images = [np.random.rand(50, 50), np.random.rand(50, 50)]
     question = "Which case shows pleural effusion?"
     options = ["Case A only", "Neither case", "Both cases", "Case B only"]

@@ -606,6 +606,16 @@ def test_a_frozen_text_backbone_encodes_each_report_once_with_the_same_loss(toy,
         from_cache = model(pixels, modalities, report_features=torch.stack([pooled[s] for s in studies]))
     assert torch.allclose(from_tokens.loss, from_cache.loss, atol=1e-5)
     assert torch.allclose(from_tokens.text_embeds, from_cache.text_embeds, atol=1e-5)
+    # ranking batches carry the entity prompts' pooled features, with the loss of their tokens
+    ranking = trainer.ranking_phase()
+    batch = ranking.collate(ranking.items[:6])
+    assert "entity_features" in batch and "entity_input_ids" not in batch
+    prompts = [trainer.prompts[row["entity_id"]] for row in ranking.items[:6]]
+    tokens = trainer.tokenizer(prompts, padding=True, return_tensors="pt")
+    tokenized = {**batch, "entity_input_ids": tokens["input_ids"], "entity_attention_mask": tokens["attention_mask"]}
+    del tokenized["entity_features"]
+    with torch.no_grad():
+        assert torch.allclose(model(**batch).loss, model(**tokenized).loss, atol=1e-5)
 
     summaries = trainer.train()
     assert summaries["stage1/alignment"]["steps"] == 6

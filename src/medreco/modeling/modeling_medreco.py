@@ -334,6 +334,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
         candidate_modality_ids: torch.Tensor | None = None,
         relevance: torch.Tensor | None = None,
         report_features: torch.Tensor | None = None,
+        entity_features: torch.Tensor | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
@@ -343,7 +344,8 @@ class MedReCoModel(MedReCoPreTrainedModel):
         reports' pooled outputs of a frozen text backbone, see `MedReCoTextEncoder.pool`), symmetric
         InfoNCE.
 
-        Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`; none means
+        Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`, or
+        `entity_features`: the prompts' pooled outputs of a frozen text backbone; neither means
         whole-image), candidates (`candidate_pixel_values`), and `relevance` `(A, C)`. Every
         candidate is conditioned on every anchor's entity, so all labelled pairs in the batch
         take part in hard-negative mining. Without `relevance`, candidates are read as
@@ -367,7 +369,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
             )
 
         entity_embeddings = None
-        if entity_input_ids is not None:
+        if entity_features is not None:
+            entity_embeddings = self.text_encoder.project(entity_features)
+        elif entity_input_ids is not None:
             entity_embeddings = self.embed_unique_texts(entity_input_ids, entity_attention_mask)
         anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
         if candidate_modality_ids is None:

@@ -144,11 +144,15 @@ class Stage1Trainer:
             return_tensors="pt",
         )
 
+    def pooled_reports(self, studies: list[str]) -> dict[str, torch.Tensor]:
+        """Each report's pooled output of the frozen text backbone, computed once, so alignment
+        steps only run the vision encoder and the projection."""
+        return self.pooled_texts({s: self.data.studies[s].report for s in studies}, "encoding reports")
+
     @torch.no_grad()
-    def pooled_reports(self, studies: list[str], batch_size: int = 32) -> dict[str, torch.Tensor]:
-        """Each report's pooled output of the frozen text backbone, computed once (on this
-        process's GPU when there is one), so alignment steps only run the vision encoder and the
-        projection."""
+    def pooled_texts(self, texts: dict[str, str], description: str, batch_size: int = 32) -> dict[str, torch.Tensor]:
+        """The frozen text backbone's pooled output of each text (keyed like `texts`), computed on
+        this process's GPU when there is one."""
         encoder = self.model.text_encoder
         was_training, home = encoder.training, next(encoder.parameters()).device
         # the accelerator does not exist yet, and creating its state here would precede the
@@ -156,11 +160,17 @@ class Stage1Trainer:
         gpu = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true")
         device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else home
         encoder.eval().to(device)
-        pooled = {}
-        batches = range(0, len(studies), batch_size)
-        for start in tqdm(batches, desc="encoding reports", disable=not self.config.run.progress, leave=False):
-            chunk = studies[start : start + batch_size]
-            text = self.tokenize_reports(chunk).to(device)
+        keys, pooled = list(texts), {}
+        batches = range(0, len(keys), batch_size)
+        for start in tqdm(batches, desc=description, disable=not self.config.run.progress, leave=False):
+            chunk = keys[start : start + batch_size]
+            text = self.tokenizer(
+                [texts[k] for k in chunk],
+                padding=True,
+                truncation=True,
+                max_length=self.config.max_report_tokens,
+                return_tensors="pt",
+            ).to(device)
             features = encoder.pool(text["input_ids"], text["attention_mask"]).float().cpu()
             pooled.update(zip(chunk, features, strict=True))
         encoder.train(was_training).to(home)
@@ -173,19 +183,25 @@ class Stage1Trainer:
         lookup = self.data.relevance_table("train")
         patient_of = {s: study.patient_id for s, study in self.data.studies.items()}
         optimization = self.config.ranking
+        pooled = None
+        if self.config.freeze_text_encoder:  # a few dozen entity prompts, encoded once
+            pooled = self.pooled_texts({e: self.prompts[e] for e in sorted({r["entity_id"] for r in rows})}, "entities")
 
         def collate(batch_rows: list[dict]) -> dict:
             candidates = [r["positive"] for r in batch_rows] + [r["negative"] for r in batch_rows]
             anchors, modality_ids = self.store.batch([r["anchor"] for r in batch_rows])
             candidate_pixels, candidate_modalities = self.store.batch(candidates)
-            entity = self.tokenizer(
-                [self.prompts[r["entity_id"]] for r in batch_rows], padding=True, return_tensors="pt"
-            )
+            if pooled is not None:
+                entity = {"entity_features": torch.stack([pooled[r["entity_id"]] for r in batch_rows])}
+            else:
+                tokens = self.tokenizer(
+                    [self.prompts[r["entity_id"]] for r in batch_rows], padding=True, return_tensors="pt"
+                )
+                entity = {"entity_input_ids": tokens["input_ids"], "entity_attention_mask": tokens["attention_mask"]}
             return {
                 "pixel_values": anchors,
                 "modality_ids": modality_ids,
-                "entity_input_ids": entity["input_ids"],
-                "entity_attention_mask": entity["attention_mask"],
+                **entity,
                 "candidate_pixel_values": candidate_pixels,
                 "candidate_modality_ids": candidate_modalities,
                 "relevance": ranking_relevance(batch_rows, candidates, lookup, patient_of),
