@@ -136,12 +136,11 @@ class Stage1Trainer:
         )
 
     def tokenize_reports(self, studies: list[str]):
+        return self.tokenize_texts([self.data.studies[s].report for s in studies])
+
+    def tokenize_texts(self, texts: list[str]):
         return self.tokenizer(
-            [self.data.studies[s].report for s in studies],
-            padding=True,
-            truncation=True,
-            max_length=self.config.max_report_tokens,
-            return_tensors="pt",
+            texts, padding=True, truncation=True, max_length=self.config.max_report_tokens, return_tensors="pt"
         )
 
     def pooled_reports(self, studies: list[str]) -> dict[str, torch.Tensor]:
@@ -164,13 +163,7 @@ class Stage1Trainer:
         batches = range(0, len(keys), batch_size)
         for start in tqdm(batches, desc=description, disable=not self.config.run.progress, leave=False):
             chunk = keys[start : start + batch_size]
-            text = self.tokenizer(
-                [texts[k] for k in chunk],
-                padding=True,
-                truncation=True,
-                max_length=self.config.max_report_tokens,
-                return_tensors="pt",
-            ).to(device)
+            text = self.tokenize_texts([texts[k] for k in chunk]).to(device)
             features = encoder.pool(text["input_ids"], text["attention_mask"]).float().cpu()
             pooled.update(zip(chunk, features, strict=True))
         encoder.train(was_training).to(home)
