@@ -23,7 +23,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
-from ..processing import load_image
 from ..training.stage2 import LETTERS, closed_answer, closed_prompt, conversation
 from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 
@@ -55,7 +54,7 @@ def choose_options(
         logits = model(**_model_inputs(inputs)).logits[0, -1]
         return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
     # the batch holds every option's answer after the same two images: read each file once
-    images = [_read_once(processor, image) for image in images]
+    images = [processor.image_processor.load(i) if isinstance(i, (str, Path)) else i for i in images]
     conversations = [
         conversation(prompt, modality, closed_answer(list(options), letter), images=images) for letter in letters
     ]
@@ -70,12 +69,6 @@ def choose_options(
         before_answer = int(trained[0].nonzero()[0])
         chosen["letter"] = letters[int(torch.argmax(logits[0, before_answer, letter_ids]))]
     return {scoring: chosen[scoring] for scoring in scorings}
-
-
-def _read_once(processor, image):
-    if isinstance(image, (str, Path)):
-        return load_image(image, processor.image_processor.reader_options)
-    return image
 
 
 def choose_option(

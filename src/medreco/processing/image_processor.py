@@ -119,6 +119,13 @@ class MedReCoImageProcessor(BaseImageProcessor):
             return None
         return TensorCache(Path(self.tensor_cache_dir).expanduser(), getattr(torch, self.cache_dtype))
 
+    def load(self, path: str | Path) -> MedicalImage:
+        """Read a file or series with this processor's reader options, logging the reader's notes."""
+        loaded = load_image(path, self.reader_options)
+        for note in loaded.warnings:
+            logger.info("%s: %s", loaded.source, note)
+        return loaded
+
     def preprocess_one(self, image: ImageLike, modality: str, spacing: Sequence[float] | None = None) -> torch.Tensor:
         """One image to its model tensor `(1, D, H, W)`."""
         recipe = self.recipe(modality)
@@ -127,10 +134,7 @@ class MedReCoImageProcessor(BaseImageProcessor):
             key = content_digest(image, self._settings(modality)) if cache is not None else None
             if cache is not None and (cached := cache.get(key)) is not None:
                 return cached
-            loaded = load_image(image, self.reader_options)
-            for note in loaded.warnings:
-                logger.info("%s: %s", loaded.source, note)
-            tensor = preprocess_image(loaded, recipe, modality, self.pad_value)
+            tensor = preprocess_image(self.load(image), recipe, modality, self.pad_value)
             if cache is not None:
                 cache.put(key, tensor)
             return tensor
