@@ -33,6 +33,29 @@ def test_key_follows_content_not_name(tmp_path):
     assert content_digest(a, {"x": 1}) != content_digest(a, {"x": 2})
 
 
+def test_digests_are_remembered_until_a_file_changes(tmp_path, monkeypatch):
+    import os
+
+    from medreco.processing import cache
+
+    write_series(tmp_path / "s", box_phantom())
+    single = tmp_path / "a.bin"
+    single.write_bytes(b"first")
+    hashed = []
+    real = cache.content_digest
+    monkeypatch.setattr(cache, "content_digest", lambda path, settings: hashed.append(path) or real(path, settings))
+    memo = cache.DigestMemo()
+    for _ in range(3):
+        assert memo(tmp_path / "s", {"x": 1}) == real(tmp_path / "s", {"x": 1})
+        assert memo(single, {}) == real(single, {})
+    assert len(hashed) == 2  # once per input, not once per call
+    single.write_bytes(b"second")
+    os.utime(single, ns=(time.time_ns(), time.time_ns() + 10**9))  # a later modification time
+    assert memo(single, {}) == real(single, {}) != real(tmp_path / "s", {})
+    assert len(hashed) == 3
+    assert memo(single, {"x": 2}) == real(single, {"x": 2})  # other settings, another key
+
+
 def test_damaged_entry_is_a_miss_and_gets_rewritten(tmp_path):
     cache = TensorCache(tmp_path)
     path = cache.put("ab" * 20, torch.ones(1, 2, 2, 2))

@@ -26,6 +26,22 @@ def test_infonce_matches_hand_computation():
     assert symmetric_infonce_loss(image, text, scale).item() == pytest.approx(expected, rel=1e-6)
 
 
+def test_grouped_infonce_spreads_the_target_over_identical_texts():
+    image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    text = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    scale = torch.tensor(0.0)
+    # rows 0 and 1 state the same thing: their targets are half on each; row 2 is alone
+    groups = torch.tensor([7, 7, 3])
+    logits = image @ text.T
+    targets = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    rows = -(targets * logits.log_softmax(1)).sum(1).mean()
+    cols = -(targets * logits.T.log_softmax(1)).sum(1).mean()
+    assert symmetric_infonce_loss(image, text, scale, groups).item() == pytest.approx(((rows + cols) / 2).item())
+    # all-distinct groups are the plain loss
+    distinct = symmetric_infonce_loss(image, text, scale, torch.tensor([0, 1, 2]))
+    assert distinct.item() == pytest.approx(symmetric_infonce_loss(image, text, scale).item())
+
+
 def test_triplet_uses_hardest_negative():
     similarity = torch.tensor([[0.9, 0.5, 0.8]])
     relevance = torch.tensor([[1, 0, 0]])

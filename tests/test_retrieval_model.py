@@ -181,3 +181,51 @@ def test_warm_up_alignment_lowers_infonce():
         optimizer.step()
         losses.append(loss.item())
     assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10
+
+
+def test_statement_alignment_teaches_the_conditioner_each_entitys_finding():
+    """Only image-statement pairs, no triplets: "left: present" / "left: absent" and the same for
+    the right square. Afterwards, conditioned on "left", images agreeing on the left square are
+    more similar than images that disagree, whatever the right square does."""
+    model = medreco.create_model("retrieval", "tiny").train()
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    entities = torch.tensor([ENTITY_TOKENS["left"], ENTITY_TOKENS["right"]])
+    statements = torch.tensor([[101, side, finding, 102] for side in (2187, 2157) for finding in (2053, 2748)])
+    held_out = toy_triplets(128, generator)
+    before = triplet_accuracy(model.eval(), held_out)
+    model.train()
+    losses = []
+    for _ in range(130):
+        attributes = torch.randint(0, 2, (12, 2), generator=generator)
+        rows = torch.arange(12).repeat(2)
+        entity_rows = torch.arange(2).repeat_interleave(12)
+        which = 2 * entity_rows + attributes[rows, entity_rows]  # statement id: side and finding
+        out = model(
+            toy_images(attributes),
+            torch.zeros(12, dtype=torch.long),
+            input_ids=statements[which[:12]],  # any report text: only the statement term is trained here
+            entity_input_ids=entities,
+            statement_pairs=torch.stack([entity_rows, rows], dim=1),
+            statement_input_ids=statements[which],
+            statement_groups=which,
+        )
+        assert out.statement_loss is not None and out.loss > out.statement_loss
+        optimizer.zero_grad()
+        out.statement_loss.backward()
+        optimizer.step()
+        # the soft target's entropy (ln of the group's size) is the least the loss can be
+        floor = torch.bincount(which)[which].float().log().mean().item()
+        losses.append(out.statement_loss.item() - floor)
+    after = triplet_accuracy(model.eval(), held_out)
+    assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
+    assert after >= 0.9 and after > before + 0.2, (before, after)
+    with pytest.raises(ValueError, match="statement_pairs"):
+        model(
+            toy_images(attributes),
+            torch.zeros(12, dtype=torch.long),
+            input_ids=statements[which[:12]],
+            entity_input_ids=entities,
+            statement_pairs=torch.zeros(3, dtype=torch.long),
+            statement_input_ids=statements[which],
+        )

@@ -625,6 +625,54 @@ def test_a_frozen_text_backbone_encodes_each_report_once_with_the_same_loss(toy,
     assert AutoModel.from_pretrained(tmp_path / "final").config.freeze_text_encoder
 
 
+def test_statement_alignment_alone_teaches_entity_conditioned_retrieval(toy, tmp_path):
+    config = stage1_config(
+        toy,
+        tmp_path,
+        "freeze_text_encoder=true",
+        "statement_alignment_weight=1.0",
+        "alignment.max_steps=150",
+        "ranking.epochs=0",
+    )
+    torch.manual_seed(0)
+    trainer = Stage1Trainer(config)
+    model = trainer.model
+    alignment = trainer.alignment_phase()
+    studies = alignment.items[:6]
+    batch = alignment.collate(studies)
+    # one pair per (study, entity) statement: two entities, each study's own statement group
+    assert batch["statement_pairs"].shape == (12, 2) and batch["entity_features"].shape[0] == 2
+    keys = [(row, e) for row, s in enumerate(studies) for e in sorted(trainer.data.studies[s].statements)]
+    entities = sorted({e for _, e in keys})
+    # statements that say the same (entity and finding) share a group, and only those
+    content = [
+        (entities[e], trainer.data.studies[studies[row]].status(entities[e]))
+        for e, row in batch["statement_pairs"].tolist()
+    ]
+    groups = batch["statement_groups"].tolist()
+    for i in range(len(groups)):
+        assert [g == groups[i] for g in groups] == [c == content[i] for c in content]
+    # pooled features and tokens give the same loss
+    texts = [" ".join(trainer.data.studies[studies[row]].statements[e]["sentences"]) for row, e in keys]
+    tokenized = {k: v for k, v in batch.items() if k not in ("entity_features", "statement_features")}
+    statement_tokens = trainer.tokenize_texts(texts)
+    entity_tokens = trainer.tokenize_texts([trainer.prompts[e] for e in entities])
+    tokenized.update(
+        statement_input_ids=statement_tokens["input_ids"],
+        statement_attention_mask=statement_tokens["attention_mask"],
+        entity_input_ids=entity_tokens["input_ids"],
+        entity_attention_mask=entity_tokens["attention_mask"],
+    )
+    model.eval()
+    with torch.no_grad():
+        pooled_out, token_out = model(**batch), model(**tokenized)
+    assert torch.allclose(pooled_out.statement_loss, token_out.statement_loss, atol=1e-5)
+    before = pair_auc(model, trainer)
+    trainer.train()
+    after = pair_auc(trainer.model, trainer)
+    assert after > max(0.8, before + 0.2)
+
+
 def test_a_clip_style_model_is_an_extra_retrieval_baseline(stage1_run, toy, tmp_path, capsys):
     """`medreco evaluate --clip-model`: a (tiny, random) transformers CLIP model ranks each query's
     gallery by cosine similarity of its image features, next to entity and holistic."""

@@ -44,13 +44,15 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(_image(effusion, cardio, rng)).save(path)
         labels[study_id] = {EFFUSION: effusion, CARDIO: cardio}
+        sentences = {
+            EFFUSION: "Pleural effusion." if effusion else "No pleural effusion.",
+            CARDIO: "The heart is enlarged." if cardio else "Normal heart size.",
+        }
         statements = {
-            entity: {"status": "positive" if present else "negative", "sentences": []}
+            entity: {"status": "positive" if present else "negative", "sentences": [sentences[entity]]}
             for entity, present in labels[study_id].items()
         }
-        report = ("Pleural effusion. " if effusion else "No pleural effusion. ") + (
-            "The heart is enlarged." if cardio else "Normal heart size."
-        )
+        report = " ".join(sentences.values())
         studies.append(
             {
                 "study_id": study_id,

@@ -104,9 +104,18 @@ class AgreementSimilarity(SimilarityMetric):
 
 def _facts(statement: EntityStatement) -> tuple[MentionStatus, dict]:
     """Mention status and, for positive mentions, the attributes the text states."""
-    if statement.status is not MentionStatus.POSITIVE:
-        return statement.status, {}
-    return statement.status, read_attributes(statement.text).comparable()
+    return statement.status, _stated_attributes(statement.status, statement.text)
+
+
+def _stated_attributes(status: MentionStatus, text: str) -> dict:
+    return read_attributes(text).comparable() if status is MentionStatus.POSITIVE else {}
+
+
+def statement_key(status: str | MentionStatus, text: str) -> tuple:
+    """What a statement says, as a hashable key: its mention status and, for positive mentions, the
+    attributes its text states. "No pleural effusion." and "No effusion is seen." share a key."""
+    status = MentionStatus(status)
+    return status.value, tuple(sorted((k, repr(v)) for k, v in _stated_attributes(status, text).items()))
 
 
 def _agreement(x: tuple[MentionStatus, dict], y: tuple[MentionStatus, dict]) -> float:

@@ -41,7 +41,9 @@ class MedReCoConfig(PreTrainedConfig):
     default); `text_model_name_or_path` names the weights that `medreco.create_model` loads into
     it. The shared embedding size is the vision encoder's `hidden_size`.
 
-    Losses (paper, section 4.5): symmetric image-report InfoNCE for warm-up; entity-conditioned
+    Losses (paper, section 4.5): symmetric image-report InfoNCE for warm-up, plus (when the
+    trainer passes mined statements) entity-statement alignment weighted by
+    `statement_alignment_weight`; entity-conditioned
     triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), SmoothAP
     (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
     the learnable temperature (`ranking_loss="contrastive"`)."""
@@ -64,6 +66,8 @@ class MedReCoConfig(PreTrainedConfig):
     triplet_mining: Literal["semi_hard", "hardest", "all"] = "semi_hard"
     ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
     smooth_ap_temperature: float = 0.01
+    # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
+    statement_alignment_weight: float = 1.0
     initializer_range: float = 0.02
 
     @property

@@ -12,11 +12,23 @@ from torch import nn
 
 
 def symmetric_infonce_loss(
-    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor
+    image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
+    logit_scale: torch.Tensor,
+    groups: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """CLIP-style InfoNCE: row i of each input is a matching image-report pair."""
+    """CLIP-style InfoNCE: row i of each input is a matching image-text pair.
+
+    `groups` `(B,)`: rows with the same id say the same thing (template reports repeat "No pleural
+    effusion." across many images); each row's target is then spread evenly over its group instead
+    of calling its duplicates negatives (the soft labels of CLIP-clinic, section 4.2, reduced to
+    identical content)."""
     logits = logit_scale.exp() * image_embeds @ text_embeds.t()
-    targets = torch.arange(logits.shape[0], device=logits.device)
+    if groups is None:
+        targets = torch.arange(logits.shape[0], device=logits.device)
+    else:
+        same = (groups[:, None] == groups[None, :]).to(logits.dtype)
+        targets = same / same.sum(dim=1, keepdim=True)  # symmetric, so it serves both directions
     return (nn.functional.cross_entropy(logits, targets) + nn.functional.cross_entropy(logits.t(), targets)) / 2
 
 

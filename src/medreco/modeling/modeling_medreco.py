@@ -40,14 +40,15 @@ class ConditionerOutput(ModelOutput):
 
 @dataclass
 class MedReCoOutput(ModelOutput):
-    """Outputs of [`MedReCoModel.forward`]. Alignment fills `image_embeds`, `text_embeds` and
-    `logits_per_image`; ranking fills `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and
-    `similarity` `(A, C)`."""
+    """Outputs of [`MedReCoModel.forward`]. Alignment fills `image_embeds`, `text_embeds`,
+    `logits_per_image` (and `statement_loss` when statements were given); ranking fills
+    `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and `similarity` `(A, C)`."""
 
     loss: torch.Tensor | None = None
     image_embeds: torch.Tensor | None = None
     text_embeds: torch.Tensor | None = None
     logits_per_image: torch.Tensor | None = None
+    statement_loss: torch.Tensor | None = None
     anchor_embeds: torch.Tensor | None = None
     candidate_embeds: torch.Tensor | None = None
     similarity: torch.Tensor | None = None
@@ -316,6 +317,35 @@ class MedReCoModel(MedReCoPreTrainedModel):
         tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
         return self.condition(tokens, modality_ids, entity_embeddings, entity_mask, pairwise)
 
+    def _embed(
+        self, pooled: torch.Tensor | None, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Shared-space text embeddings from pooled backbone outputs, or from tokens."""
+        if pooled is not None:
+            return self.text_encoder.project(pooled)
+        if input_ids is None:
+            raise ValueError("texts are missing: pass their tokens or their pooled features")
+        return self.embed_unique_texts(input_ids, attention_mask)
+
+    def _statement_loss(
+        self,
+        tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor,
+        pairs: torch.Tensor,
+        statement_embeds: torch.Tensor,
+        groups: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """InfoNCE between entity-conditioned image features and the statements of their reports."""
+        if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] != statement_embeds.shape[0]:
+            raise ValueError(
+                f"statement_pairs must be (statements, 2) rows of (entity row, image row); got {tuple(pairs.shape)} "
+                f"for {statement_embeds.shape[0]} statements"
+            )
+        conditioned = self.condition(tokens, modality_ids, entity_embeddings, pairwise=True).features
+        image_side = conditioned[pairs[:, 0], pairs[:, 1]]
+        return symmetric_infonce_loss(image_side, statement_embeds, self.logit_scale, groups)
+
     @staticmethod
     def score(features_a: torch.Tensor, features_b: torch.Tensor) -> torch.Tensor:
         """Eq. 4: dot product of L2-normalised features, broadcast over leading dimensions."""
@@ -335,6 +365,11 @@ class MedReCoModel(MedReCoPreTrainedModel):
         relevance: torch.Tensor | None = None,
         report_features: torch.Tensor | None = None,
         entity_features: torch.Tensor | None = None,
+        statement_pairs: torch.Tensor | None = None,
+        statement_input_ids: torch.Tensor | None = None,
+        statement_attention_mask: torch.Tensor | None = None,
+        statement_features: torch.Tensor | None = None,
+        statement_groups: torch.Tensor | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
@@ -342,7 +377,13 @@ class MedReCoModel(MedReCoPreTrainedModel):
 
         Alignment (warm-up): images with their reports (`input_ids`, or `report_features`: the
         reports' pooled outputs of a frozen text backbone, see `MedReCoTextEncoder.pool`), symmetric
-        InfoNCE.
+        InfoNCE. Optionally also with the entity statements mined from those reports: the batch's
+        distinct entities (`entity_input_ids` or `entity_features`, one row each), `statement_pairs`
+        `(P, 2)` of (entity row, image row), each pair's statement (`statement_input_ids` or
+        `statement_features`) and `statement_groups` `(P,)` (equal ids: the same statement). The
+        image's feature conditioned on the entity is aligned with what its report says about that
+        entity ("No pleural effusion." vs "Moderate right pleural effusion."): a whole report's
+        embedding barely moves when one finding is negated, a sentence's does.
 
         Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`, or
         `entity_features`: the prompts' pooled outputs of a frozen text backbone; neither means
@@ -355,24 +396,32 @@ class MedReCoModel(MedReCoPreTrainedModel):
                 raise ValueError(
                     "pass input_ids or report_features (reports) for alignment, or candidate_pixel_values for ranking"
                 )
-            image_embeds = self.get_image_features(pixel_values, modality_ids).features
-            if report_features is not None:
-                text_embeds = self.text_encoder.project(report_features)
-            else:
-                text_embeds = self.get_text_embeddings(input_ids, attention_mask)
+            tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
+            image_embeds = self.condition(tokens, modality_ids).features
+            text_embeds = self._embed(report_features, input_ids, attention_mask)
             loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
+            statement_loss = None
+            if statement_pairs is not None and return_loss:
+                statement_loss = self._statement_loss(
+                    tokens,
+                    modality_ids,
+                    self._embed(entity_features, entity_input_ids, entity_attention_mask),
+                    statement_pairs,
+                    self._embed(statement_features, statement_input_ids, statement_attention_mask),
+                    statement_groups,
+                )
+                loss = loss + self.config.statement_alignment_weight * statement_loss
             return MedReCoOutput(
                 loss=loss,
                 image_embeds=image_embeds,
                 text_embeds=text_embeds,
                 logits_per_image=self.logit_scale.exp() * image_embeds @ text_embeds.t(),
+                statement_loss=statement_loss,
             )
 
         entity_embeddings = None
-        if entity_features is not None:
-            entity_embeddings = self.text_encoder.project(entity_features)
-        elif entity_input_ids is not None:
-            entity_embeddings = self.embed_unique_texts(entity_input_ids, entity_attention_mask)
+        if entity_features is not None or entity_input_ids is not None:
+            entity_embeddings = self._embed(entity_features, entity_input_ids, entity_attention_mask)
         anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
         if candidate_modality_ids is None:
             raise ValueError("candidate_modality_ids is required with candidate_pixel_values")

@@ -28,16 +28,42 @@ def content_digest(path: str | Path, settings: dict) -> str:
     path = Path(path)
     digest = hashlib.blake2b(digest_size=20)
     digest.update(json.dumps({"format": CACHE_FORMAT_VERSION, **settings}, sort_keys=True).encode())
-    files = (
-        sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
-    )
-    for file in files:
+    for file in _files(path):
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode())
         with open(file, "rb") as handle:
             while block := handle.read(_CHUNK):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def _files(path: Path) -> list[Path]:
+    """The file itself, or a folder's files (hidden ones left out) in a stable order."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def _signature(file: Path) -> tuple[int, int]:
+    status = file.stat()
+    return status.st_size, status.st_mtime_ns
+
+
+class DigestMemo:
+    """`content_digest` remembered by the files' (path, size, modification time): a training loop
+    that reads the same files every epoch hashes each once. A file rewritten in place gets a new
+    modification time, so its digest is computed again."""
+
+    def __init__(self):
+        self._digests: dict[tuple, str] = {}
+
+    def __call__(self, path: str | Path, settings: dict) -> str:
+        path = Path(path)
+        stats = tuple((str(f), *_signature(f)) for f in _files(path))
+        key = (str(path), json.dumps(settings, sort_keys=True), stats)
+        if key not in self._digests:
+            self._digests[key] = content_digest(path, settings)
+        return self._digests[key]
 
 
 class TensorCache:
@@ -72,4 +98,4 @@ class TensorCache:
         return path
 
 
-__all__ = ["CACHE_FORMAT_VERSION", "TensorCache", "content_digest"]
+__all__ = ["CACHE_FORMAT_VERSION", "DigestMemo", "TensorCache", "content_digest"]

@@ -17,7 +17,7 @@ from transformers.image_processing_base import BatchFeature
 from transformers.image_processing_utils import BaseImageProcessor
 
 from ..modeling.configuration_vision import DEFAULT_MODALITIES
-from .cache import TensorCache, content_digest
+from .cache import DigestMemo, TensorCache
 from .geometry import ImageGeometry, MedicalImage
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image
 from .readers import ReaderOptions, load_image
@@ -79,6 +79,7 @@ class MedReCoImageProcessor(BaseImageProcessor):
         self.cache_dtype = cache_dtype
         self.nan_policy = nan_policy
         self.allow_uneven_spacing = allow_uneven_spacing
+        self._digests = DigestMemo()  # not saved: to_dict leaves out private attributes
         missing = [name for name in self.modalities if name not in self.recipes]
         if missing:
             raise ValueError(f"no preprocessing recipe for modalities {missing}; pass recipes={{name: {{...}}}}")
@@ -130,8 +131,8 @@ class MedReCoImageProcessor(BaseImageProcessor):
         """One image to its model tensor `(1, D, H, W)`."""
         recipe = self.recipe(modality)
         if isinstance(image, (str, Path)):
-            cache = self._cache()
-            key = content_digest(image, self._settings(modality)) if cache is not None else None
+            cache = self._cache() if Path(image).exists() else None  # a missing file: the reader's error
+            key = self._digests(image, self._settings(modality)) if cache is not None else None
             if cache is not None and (cached := cache.get(key)) is not None:
                 return cached
             tensor = preprocess_image(self.load(image), recipe, modality, self.pad_value)

@@ -88,6 +88,9 @@ class Stage1Config:
     # Keep the pretrained text backbone fixed (its projection still trains). The paper fine-tunes it;
     # frozen, each report is encoded once, which makes alignment steps cost the vision encoder only.
     freeze_text_encoder: bool = False
+    # Weight of entity-statement alignment in the warm-up (0: reports only, as in the paper): each
+    # image's entity-conditioned feature is aligned with its report's sentence on that entity.
+    statement_alignment_weight: float = 0.0
     data: DataConfig = field(default_factory=DataConfig)
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)

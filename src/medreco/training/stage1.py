@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from ..data.ontology import Ontology
+from ..data.similarity import statement_key
 from ..factory import create_model, resolve_text_encoder
 from ..modeling import MedReCoModel
 from ..processing import MedReCoImageProcessor
@@ -94,6 +95,8 @@ class Stage1Trainer:
         if config.freeze_text_encoder:  # also when starting from a checkpoint saved unfrozen
             self.model.config.freeze_text_encoder = True
             self.model.set_text_backbone_trainable(False)
+        if config.statement_alignment_weight:
+            self.model.config.statement_alignment_weight = config.statement_alignment_weight
         self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
         train_ids = self.data.study_ids("train")
         check_nonempty(train_ids, "training-split studies", self.data.directory)
@@ -112,19 +115,19 @@ class Stage1Trainer:
         check_nonempty(studies, "studies with reports", self.data.directory)
         optimization = self.config.alignment
         pooled = self.pooled_reports(studies) if self.config.freeze_text_encoder else None
+        statements = self.statement_texts(studies) if self.config.statement_alignment_weight else None
 
         def collate(batch_ids: list[str]) -> dict:
             pixel_values, modality_ids = self.store.batch(batch_ids)
+            batch = {"pixel_values": pixel_values, "modality_ids": modality_ids}
             if pooled is not None:
-                features = torch.stack([pooled[s] for s in batch_ids])
-                return {"pixel_values": pixel_values, "modality_ids": modality_ids, "report_features": features}
-            text = self.tokenize_reports(batch_ids)
-            return {
-                "pixel_values": pixel_values,
-                "modality_ids": modality_ids,
-                "input_ids": text["input_ids"],
-                "attention_mask": text["attention_mask"],
-            }
+                batch["report_features"] = torch.stack([pooled[s] for s in batch_ids])
+            else:
+                text = self.tokenize_reports(batch_ids)
+                batch.update(input_ids=text["input_ids"], attention_mask=text["attention_mask"])
+            if statements is not None:
+                batch.update(self.statement_batch(batch_ids, statements))
+            return batch
 
         return Phase(
             "stage1/alignment",
@@ -134,6 +137,68 @@ class Stage1Trainer:
             collate,
             lambda model, batch: model(**batch).loss,
         )
+
+    def statement_texts(self, studies: list[str]) -> dict:
+        """What the alignment batches need of the studies' mined statements: each (study, entity)
+        statement's text, a group id per distinct content (`statement_key`), and (frozen text
+        backbone) the pooled features of every statement and entity prompt, computed once."""
+        texts, groups, contents = {}, {}, {}
+        for study in studies:
+            for entity, statement in sorted(self.data.studies[study].statements.items()):
+                text = " ".join(statement.get("sentences", [])).strip()
+                if text:
+                    texts[(study, entity)] = text
+                    # differently worded, same content: one group
+                    content = (entity, statement_key(statement["status"], text))
+                    groups[(study, entity)] = contents.setdefault(content, len(contents))
+        check_nonempty(list(texts), "entity statements in the training reports", self.data.directory)
+        distinct = sorted(set(texts.values()))
+        entities = sorted({entity for _, entity in texts})
+        table = {"texts": texts, "group": groups, "pooled": None, "row": {t: i for i, t in enumerate(distinct)}}
+        if self.config.freeze_text_encoder:
+            table["pooled"] = self.pooled_texts(dict(enumerate(distinct)), "encoding statements")
+            table["entities"] = self.pooled_texts({e: self.prompts[e] for e in entities}, "entities")
+        logger.info(
+            "stage1: %d statements (%d texts, %d contents) on %d entities",
+            len(texts),
+            len(distinct),
+            len(contents),
+            len(entities),
+        )
+        return table
+
+    def statement_batch(self, batch_ids: list[str], table: dict) -> dict:
+        """The statement-alignment inputs of `MedReCoModel.forward` for one batch of studies."""
+        keys = [
+            (row, entity)
+            for row, study in enumerate(batch_ids)
+            for entity in sorted(self.data.studies[study].statements)
+            if (study, entity) in table["texts"]
+        ]
+        if not keys:
+            return {}
+        entities = sorted({entity for _, entity in keys})
+        entity_row = {entity: i for i, entity in enumerate(entities)}
+        texts = [table["texts"][(batch_ids[row], entity)] for row, entity in keys]
+        batch = {
+            "statement_pairs": torch.tensor([[entity_row[e], row] for row, e in keys], dtype=torch.long),
+            "statement_groups": torch.tensor(
+                [table["group"][(batch_ids[row], entity)] for row, entity in keys], dtype=torch.long
+            ),
+        }
+        if table["pooled"] is not None:
+            batch["entity_features"] = torch.stack([table["entities"][e] for e in entities])
+            batch["statement_features"] = torch.stack([table["pooled"][table["row"][t]] for t in texts])
+            return batch
+        prompts = self.tokenize_texts([self.prompts[e] for e in entities])
+        tokens = self.tokenize_texts(texts)
+        batch.update(
+            entity_input_ids=prompts["input_ids"],
+            entity_attention_mask=prompts["attention_mask"],
+            statement_input_ids=tokens["input_ids"],
+            statement_attention_mask=tokens["attention_mask"],
+        )
+        return batch
 
     def tokenize_reports(self, studies: list[str]):
         return self.tokenize_texts([self.data.studies[s].report for s in studies])
