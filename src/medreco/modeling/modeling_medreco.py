@@ -398,7 +398,10 @@ class MedReCoModel(MedReCoPreTrainedModel):
                 )
             tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
             image_embeds = self.condition(tokens, modality_ids).features
-            text_embeds = self._embed(report_features, input_ids, attention_mask)
+            if report_features is not None:
+                text_embeds = self.text_encoder.project(report_features)
+            else:
+                text_embeds = self.get_text_embeddings(input_ids, attention_mask)
             loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
             statement_loss = None
             if statement_pairs is not None and return_loss:
