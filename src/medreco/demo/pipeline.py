@@ -71,7 +71,7 @@ FULL = {
     "alignment_steps": 3000,
     "stage1_steps": 2000,
     "reranker_steps": 150,
-    "stage2_steps": 800,
+    "stage2_steps": 700,
     "stage2_batch_size": 16,
     "closed_questions": 1000,
     "open_questions": 40,
