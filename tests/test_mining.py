@@ -104,3 +104,15 @@ def test_mine_command(cohort, tmp_path, capsys):
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["studies"] == 56 and (tmp_path / "summary.json").exists()
+
+
+def test_anatomy_level_mining_gives_anatomy_retrieval_queries(cohort, tmp_path):
+    """The demo mines findings only; `levels` adds anatomy, which the evaluation reports as its own level."""
+    from medreco.evaluation.retrieval import entity_level
+
+    config = MiningConfig(**THRESHOLDS, levels=("anatomy", "abnormal"))
+    mine(cohort / "manifest.jsonl", tmp_path, config, progress=False)
+    levels = {entity_level(row["entity_id"]) for row in datasets.load_from_disk(str(tmp_path / "retrieval"))}
+    assert {"anatomy", "abnormality"} <= levels
+    with pytest.raises(ValueError, match="findings"):
+        MiningConfig(levels=("anatomy", "findings"))

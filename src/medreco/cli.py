@@ -152,6 +152,7 @@ def _mine(args: argparse.Namespace) -> int:
         text_encoder=args.text_encoder,
         positive_threshold=_thresholds(args.positive_threshold),
         negative_threshold=_thresholds(args.negative_threshold),
+        levels=tuple(level.strip() for level in args.levels.split(",") if level.strip()),
         seed=args.seed,
     )
     summary = mine(args.manifest, args.out, config, progress=not args.quiet)
@@ -251,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     mine.add_argument("--text-encoder", default="bundled:minilm", help="embedding model for report similarity")
     mine.add_argument("--positive-threshold", default="0.9", help="0.9, or per metric: embedding=0.8,agreement=0.99")
     mine.add_argument("--negative-threshold", default="0.3", help="0.3, or per metric")
+    mine.add_argument(
+        "--levels",
+        default="abnormal,disease",
+        help="entity levels to mine: anatomy, abnormal, disease (comma-separated)",
+    )
     mine.add_argument("--seed", type=int, default=0)
     mine.add_argument("--quiet", action="store_true")
     mine.set_defaults(handler=_mine)

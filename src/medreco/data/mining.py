@@ -48,6 +48,9 @@ class ManifestError(MedReCoError, ValueError):
     """A manifest that cannot be read, names the file and the problem."""
 
 
+ENTITY_LEVELS = {"anatomy", "abnormal", "disease"}
+
+
 @dataclass
 class MiningConfig:
     """Settings of a mining run; thresholds default to the paper's (0.9 / 0.3 for every metric)."""
@@ -63,6 +66,11 @@ class MiningConfig:
     external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
     workers: int = 1
     seed: int = 0
+
+    def __post_init__(self):
+        unknown = sorted(set(self.levels) - ENTITY_LEVELS)
+        if unknown or not self.levels:
+            raise ValueError(f"entity levels {unknown or '(none)'} unknown; choose from {sorted(ENTITY_LEVELS)}")
 
 
 def read_study_manifest(path: str | Path) -> list[dict]:
