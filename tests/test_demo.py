@@ -45,9 +45,9 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     closed = metrics["vqa"]["closed"]
     assert closed["vlm"]["questions"] == closed["text_only"]["questions"] > 0
     assert 0.0 <= closed["vlm"]["accuracy"] <= 1.0 and 0.0 <= closed["text_only"]["accuracy"] <= 1.0
-    assert closed["scoring"] == "letter" and set(closed["by_scoring"]) == {"letter", "answer"}
-    assert closed["by_scoring"]["letter"] == {**closed["vlm"], "mcnemar": closed["mcnemar"]}
-    assert closed["by_scoring"]["answer"]["questions"] == closed["vlm"]["questions"]
+    assert closed["scoring"] == "answer" and set(closed["by_scoring"]) == {"letter", "answer"}
+    assert closed["by_scoring"]["answer"] == {**closed["vlm"], "mcnemar": closed["mcnemar"]}
+    assert closed["by_scoring"]["letter"]["questions"] == closed["vlm"]["questions"]
     report_metrics = {"ratescore", "radgraph"}  # scored when installed, else the reason is recorded
     assert set(metrics["vqa"]["open_ended"]) - report_metrics == {
         "questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"
@@ -143,11 +143,11 @@ def test_markdown_and_html_reports_render_tables():
         "retrieval": {"all": {"all": entry}},
         "vqa": {
             "closed": {
-                "scoring": "letter",
+                "scoring": "answer",
                 "vlm": rate,
                 "text_only": rate,
                 "mcnemar": {"p_value": 1.0},
-                "by_scoring": {name: {**rate, "mcnemar": {"p_value": 1.0}} for name in ("letter", "answer")},
+                "by_scoring": {name: {**rate, "mcnemar": {"p_value": 1.0}} for name in ("answer", "letter")},
                 "by_dimension": {"presence": rate},
             },
             "open_ended": {"questions": 1, "bleu": 0.1},
@@ -181,6 +181,5 @@ def test_default_demo_results_mean_something(tmp_path):
     assert overall["entity"]["recall@1"] > overall["holistic"]["recall@1"] > overall["chance"]["recall@1"]
     assert overall["mcnemar_recall@1"]["entity vs holistic"]["p_value"] < 0.05
     closed = metrics["vqa"]["closed"]
-    by_answer = closed["by_scoring"]["answer"]
-    assert by_answer["questions"] >= 1000
-    assert by_answer["accuracy"] > closed["text_only"]["accuracy"] and by_answer["mcnemar"]["p_value"] < 0.05
+    assert closed["scoring"] == "answer" and closed["vlm"]["questions"] >= 1000
+    assert closed["vlm"]["accuracy"] > closed["text_only"]["accuracy"] and closed["mcnemar"]["p_value"] < 0.05

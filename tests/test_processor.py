@@ -75,6 +75,31 @@ def test_round_trip_through_auto_processor(processor, tmp_path):
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.allclose(a["pixel_values"], b["pixel_values"])
 
 
+def test_entity_tokens_add_one_placeholder_per_image_and_name_the_entity(processor, tmp_path):
+    vocabulary = ["cxr/abnormal/pleural-effusion@pleura", "cxr/abnormal/atelectasis@pulmonary-parenchyma"]
+    with_entities = MedReCoProcessor(
+        processor.image_processor, processor.tokenizer, patch_size=10, entity_vocabulary=vocabulary
+    )
+    messages = conversation()
+    for block in messages[0]["content"][:2]:
+        block["entity"] = vocabulary[1]
+    batch = with_entities.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+    assert int((batch["input_ids"] == with_entities.image_token_id).sum()) == 2 * (16 + 1)
+    assert batch["entity_ids"].tolist() == [1, 1] and "entity_ids" in with_entities.model_input_names
+    plain = with_entities.apply_chat_template(conversation(), tokenize=True, return_dict=True, return_tensors="pt")
+    assert plain["entity_ids"].tolist() == [-1, -1]  # no entity named: whole-image tokens
+
+    messages[0]["content"][0]["entity"] = "cxr/abnormal/unknown"
+    with pytest.raises(ValueError, match="unknown entity 'cxr/abnormal/unknown'"):
+        with_entities.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+    with pytest.raises(ValueError, match="no entity tokens"):
+        processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+
+    with_entities.save_pretrained(tmp_path)
+    loaded = AutoProcessor.from_pretrained(tmp_path)
+    assert loaded.entity_vocabulary == vocabulary
+
+
 def test_real_studies_with_their_modality(processor, tmp_path):
     records = generate_cohort(PhantomConfig(num_patients=1, size="tiny", seed=3), tmp_path, progress=False)
     ct = [tmp_path / r.image for r in records if r.modality == "chest_ct"]

@@ -281,6 +281,59 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
     assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
 
 
+def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_question_entity(
+    stage1_run, toy, tmp_path, capsys
+):
+    from transformers import AutoProcessor, AutoTokenizer
+
+    from medreco.cli import main
+    from medreco.comparison import ComparativeReader
+    from medreco.evaluation.vqa import closed_predictions
+    from medreco.training.stage1 import entity_prompts
+
+    _, stage1_out, _, _ = stage1_run
+    stage1 = AutoModel.from_pretrained(stage1_out / "final").eval()
+    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "entity_tokens=true"))
+    vocabulary = sorted(entity_prompts())
+    assert trainer.model.config.entity_vocabulary == trainer.processor.entity_vocabulary == vocabulary
+    effusion = "cxr/abnormal/pleural-effusion@pleura"
+    tokenizer = AutoTokenizer.from_pretrained(stage1_out / "final")
+    expected = stage1.encode_entity_texts([entity_prompts()[effusion]], tokenizer)[0]
+    table = trainer.model.model.entity_embeddings.weight
+    torch.testing.assert_close(table[vocabulary.index(effusion)], expected)
+    conditioner = {k: v.clone() for k, v in trainer.model.model.conditioner.state_dict().items()}
+    for name, tensor in stage1.conditioner.state_dict().items():
+        torch.testing.assert_close(conditioner[name], tensor)
+    example = trainer.dataset()[0]
+    images = [b for b in example["messages"][0]["content"] if b["type"] == "image"]
+    assert len(images) == 2 and all(b["entity"] in vocabulary for b in images)
+
+    projector = {k: v.clone() for k, v in trainer.model.model.entity_projector.state_dict().items()}
+    summary = trainer.train(max_steps=4)["stage2"]
+    assert summary["last_loss"] < summary["first_loss"]
+    folder = tmp_path / "final"
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    processor = AutoProcessor.from_pretrained(folder)
+    for name, tensor in model.model.conditioner.state_dict().items():
+        torch.testing.assert_close(tensor, conditioner[name])  # frozen with the vision encoder
+    assert any(not torch.equal(t, projector[k]) for k, t in model.model.entity_projector.state_dict().items())
+
+    rows = trainer.data.rows("vqa", "train")[:3]
+    predicted = closed_predictions(model, processor, rows, trainer.data.studies, scorings=("answer", "letter"))
+    assert all(len(letters) == 3 and set(letters) <= set("ABCD") for letters in predicted.values())
+    reader = ComparativeReader(model, processor)
+    assert reader.entity_finder.find("Has the left pleural effusion grown?", "chest_xray") == effusion
+    assert reader.entity_finder.find("Anything new?", "chest_xray") is None
+    assert reader.entity_finder.find("Any change?", "chest_xray", entity="pleural effusion") == effusion
+    with pytest.raises(ValueError, match="unknown entity 'gremlins'"):
+        reader.answer(rows[0]["study_a"], rows[0]["study_b"], "Any change?", entity="gremlins")
+    studies = trainer.data.studies
+    first, second = studies[rows[0]["study_a"]].image, studies[rows[0]["study_b"]].image
+    args = ["compare", first, second, "--model", str(folder), "--question", "Any change?", "--entity", "effusion"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() != ""
+
+
 def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run, toy, tmp_path):
     from medreco.training.stage2 import conversation_texts, vqa_examples
 
@@ -457,9 +510,10 @@ def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, to
     torch.manual_seed(0)
     trainer = Stage2Trainer(config)
     rows = trainer.data.rows("vqa", "train")
-    before = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
+    before = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="letter")
     trainer.train()
-    after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies)["accuracy"]
+    after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="letter")
+    before, after = before["accuracy"], after["accuracy"]
     assert after >= 0.8 and after > before + 0.2, (before, after)
     by_answer = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="answer")
     assert by_answer["accuracy"] >= 0.8, by_answer["accuracy"]

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import medreco
 from conftest import example_inputs, tiny_model
@@ -133,3 +134,91 @@ def test_learns_which_of_two_images_holds_the_bright_square():
     )[:, -1]
     expected = torch.where(which == 0, ANSWER_A, ANSWER_B)
     assert (generated == expected).float().mean().item() >= 0.9
+
+
+ENTITIES = ["cxr/abnormal/upper-square", "cxr/abnormal/lower-square", "cxr/abnormal/unused"]
+
+
+def entity_vlm(**overrides):
+    return medreco.create_model("vlm", "tiny", entity_tokens=True, entity_vocabulary=ENTITIES, **overrides)
+
+
+def test_entity_tokens_end_each_image_block_and_follow_the_entity(tmp_path):
+    model = entity_vlm().eval()
+    grid = model.config.vision_config.grid_size
+    assert model.config.image_seq_length == grid**2 + 1
+    assert not any(p.requires_grad for p in model.model.conditioner.parameters())
+    assert not model.model.entity_embeddings.weight.requires_grad
+    assert all(p.requires_grad for p in model.model.entity_projector.parameters())
+    inputs = example_inputs(model)
+    upper = model(**inputs, entity_ids=torch.tensor([0, 0])).image_hidden_states
+    lower = model(**inputs, entity_ids=torch.tensor([1, -1])).image_hidden_states
+    assert upper.shape == (2, grid**2 + 1, model.config.text_config.hidden_size)
+    torch.testing.assert_close(upper[:, :-1], lower[:, :-1])  # the visual tokens do not depend on the entity
+    assert not torch.allclose(upper[:, -1], lower[:, -1])
+    none = model(**inputs).image_hidden_states  # no entity: every image gets its whole-image token
+    torch.testing.assert_close(none[1, -1], lower[1, -1])
+    with pytest.raises(ValueError, match="entity_ids"):
+        model(**inputs, entity_ids=torch.tensor([0, 3]))
+    with pytest.raises(StrictDataclassClassValidationError, match="entity_vocabulary"):
+        medreco.create_model("vlm", "tiny", entity_tokens=True)
+
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert loaded.config.entity_vocabulary == ENTITIES
+    torch.testing.assert_close(
+        loaded(**inputs, entity_ids=torch.tensor([0, 1])).logits,
+        model(**inputs, entity_ids=torch.tensor([0, 1])).logits,
+    )
+
+
+def _named_square_batch(config, n: int, generator: torch.Generator):
+    """Two grey images per sample: one holds a bright square (finding 0), the other a dark one
+    (finding 1). The question is the same token sequence every time; only the entity tokens say
+    which finding it asks about. The answer names the image that holds the named finding."""
+    images = 0.5 + torch.rand(n, 2, 1, 1, 40, 40, generator=generator) * 0.1
+    entity = torch.randint(0, 2, (n,), generator=generator)
+    which = torch.randint(0, 2, (n,), generator=generator)
+    for i in range(n):
+        bright = which[i] if entity[i] == 0 else 1 - which[i]
+        images[i, bright, :, :, 10:30, 10:30] += 0.4
+        images[i, 1 - bright, :, :, 10:30, 10:30] -= 0.4
+    prompt = comparison_prompt(config)
+    input_ids = torch.tensor([[*prompt, ANSWER_A if w == 0 else ANSWER_B, EOS] for w in which])
+    labels = input_ids.clone()
+    labels[:, : len(prompt)] = -100
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "pixel_values": images.reshape(2 * n, 1, 1, 40, 40),
+        "modality_ids": torch.zeros(2 * n, dtype=torch.long),
+        "entity_ids": entity.repeat_interleave(2),
+    }, which
+
+
+def test_learns_a_question_whose_finding_is_named_only_by_the_entity_tokens():
+    """Each image holds one of two findings; which image is the answer depends on the finding asked
+    about, which only the entity tokens carry."""
+    torch.manual_seed(0)
+    model = entity_vlm()
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    model.train()
+    for _ in range(1200):  # the answer is an XOR of entity and image: ~300-850 steps before it clicks
+        batch, _ = _named_square_batch(model.config, 16, generator)
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    batch, which = _named_square_batch(model.config, 64, generator)
+    prompt_length = len(comparison_prompt(model.config))
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"][:, :prompt_length],
+            pixel_values=batch["pixel_values"],
+            modality_ids=batch["modality_ids"],
+            entity_ids=batch["entity_ids"],
+        ).logits[:, -1]
+    chosen = torch.where(logits[:, ANSWER_A] > logits[:, ANSWER_B], 0, 1)
+    assert (chosen == which).float().mean().item() >= 0.9

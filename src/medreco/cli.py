@@ -306,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--question", required=True)
     compare.add_argument("--modality", default="chest_xray")
     compare.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
+    compare.add_argument(
+        "--entity",
+        help="the finding the question is about, for a VLM with entity tokens (default: the one the question names)",
+    )
     compare.set_defaults(handler=_compare)
 
     evaluate = commands.add_parser("evaluate", help="retrieval Recall@k/NDCG: entity, entity+rerank, holistic")
@@ -443,7 +447,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .comparison import ComparativeReader
 
     reader = ComparativeReader.from_pretrained(args.model)
-    print(reader.answer(args.first, args.second, args.question, args.modality, tuple(args.labels)))
+    print(reader.answer(args.first, args.second, args.question, args.modality, tuple(args.labels), entity=args.entity))
     return 0
 
 

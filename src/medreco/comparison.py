@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 
+from .data.decomposition import QuestionEntityFinder
 from .training.stage2 import conversation
+
+logger = logging.getLogger(__name__)
 
 
 class ComparativeReader:
@@ -22,6 +26,7 @@ class ComparativeReader:
     def __init__(self, model, processor):
         self.model = model.eval()
         self.processor = processor
+        self.entity_finder = QuestionEntityFinder() if getattr(processor, "entity_vocabulary", None) else None
 
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> ComparativeReader:
@@ -41,21 +46,27 @@ class ComparativeReader:
         modality: str = "chest_xray",
         labels: tuple[str, str] = ("Case A", "Case B"),
         max_new_tokens: int = 32,
+        entity: str | None = None,
     ) -> str:
-        """Greedy answer to `question` about two images of one modality (paths, arrays or loaded images)."""
+        """Greedy answer to `question` about two images of one modality (paths, arrays or loaded
+        images). For a VLM with entity tokens, `entity` names the finding the question is about
+        (found in the question when not given; see `QuestionEntityFinder`)."""
         if not question.strip():
             raise ValueError("the question is empty")
+        if self.entity_finder is not None:
+            entity = self.entity_finder.find(question, modality, entity)
+            logger.debug("entity token: %s", entity or "none (whole image)")
+        elif entity is not None:
+            raise ValueError(f"entity {entity!r} given, but this VLM has no entity tokens")
         inputs = self.processor.apply_chat_template(
-            conversation(question, modality, images=[image_a, image_b]),
+            conversation(question, modality, images=[image_a, image_b], entity=entity),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
             return_tensors="pt",
             image_labels=list(labels),
         )
-        inputs = {
-            k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")
-        }
+        inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
         end_of_turn = self.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")  # answers end their turn
         generated = self.model.generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=end_of_turn

@@ -58,6 +58,12 @@ _TINY_TEXT = {
     "intermediate_size": 64,
     "max_position_embeddings": 128,
 }
+_TINY_CONDITIONER = {
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "initializer_range": _TINY_INIT,
+}
 _TINY_QWEN2 = {
     "model_type": "qwen2",
     "initializer_range": _TINY_INIT,
@@ -83,12 +89,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "retrieval": {
             "vision_config": dict(_TINY_VISION),
             "text_config": dict(_TINY_TEXT),
-            "conditioner_config": {
-                "num_layers": 2,
-                "num_attention_heads": 4,
-                "intermediate_size": 64,
-                "initializer_range": _TINY_INIT,
-            },
+            "conditioner_config": dict(_TINY_CONDITIONER),
             "text_model_name_or_path": None,
             "initializer_range": _TINY_INIT,
         },
@@ -103,6 +104,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "vlm": {
             "vision_config": dict(_TINY_VISION),
             "text_config": dict(_TINY_QWEN2),
+            "conditioner_config": dict(_TINY_CONDITIONER),
             "image_token_id": 3,
             "initializer_range": _TINY_INIT,
         },

@@ -277,10 +277,31 @@ def aggregate_status(statuses: list[MentionStatus]) -> MentionStatus:
     return MentionStatus.NOT_MENTIONED
 
 
+class QuestionEntityFinder:
+    """The entity a question is about, for a VLM with entity tokens: a name the user gives,
+    resolved in the ontology (id, name, term or synonym), else the first finding the question
+    names (matched as report sentences are; longest mention first)."""
+
+    def __init__(self, ontology: Ontology | None = None):
+        self.ontology = ontology or Ontology.load()
+        self.decomposer = RuleBasedDecomposer(self.ontology)
+
+    def find(self, question: str, modality: str, entity: str | None = None) -> str | None:
+        """The entity id, or None when the question names no entity of `modality`."""
+        if entity is not None:
+            try:
+                return self.ontology.find(entity, modality).id
+            except KeyError as error:
+                raise ValueError(f"unknown entity {entity!r} for {modality} (see `medreco entities`)") from error
+        mentions = self.decomposer.find_mentions(question, self.ontology.entities(modality))
+        return mentions[0][2].id if mentions else None
+
+
 __all__ = [
     "EmptyReportError",
     "EntityStatement",
     "MentionStatus",
+    "QuestionEntityFinder",
     "ReportDecomposer",
     "ReportDecomposition",
     "RuleBasedDecomposer",

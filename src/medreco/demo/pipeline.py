@@ -148,6 +148,10 @@ def run_demo(config: DemoConfig) -> dict:
         "stage2": [
             cache,
             f"vision_model={stage1 / 'final'}",
+            # the stage-1 conditioner's feature of each image for the question's finding: the
+            # language model, trained from scratch here, does not have to find it among the visual
+            # tokens (the paper's VLM, a pretrained 7B model, reads the visual tokens only)
+            "entity_tokens=true",
             *(f"model.overrides.text_config.{key}={value}" for key, value in LANGUAGE_MODEL.items()),
             f"optimization.max_steps={config.stage2_steps}",
             f"optimization.batch_size_2d={config.stage2_batch_size}",

@@ -5,11 +5,14 @@ confusion matrix) and open-ended answer scores.
 Closed questions are answered without free-text parsing, so every question gets exactly one
 answer. The model reads the two images and the question with its lettered options (the stage-2
 prompt) and its choice is, by `scoring`:
-- `"letter"`: the option letter with the highest next-token logit after the assistant turn opens;
-- `"answer"`: the option whose whole trained answer ("B. Case B only", end of turn included) has the
-  highest log-likelihood, the usual multiple-choice protocol for language models (lm-eval-harness).
-  A small language model trained from scratch learns what the answer says long before it learns
-  to point at the option's letter; this scoring measures the former."""
+- `"answer"` (the headline): the option whose whole trained answer ("B. Case B only", end of turn
+  included) has the highest log-likelihood, the usual multiple-choice protocol for language models
+  (lm-eval-harness);
+- `"letter"`: the option letter with the highest next-token logit after the assistant turn opens.
+  Pointing at an option by its letter ("symbol binding") is a skill small language models learn
+  late, long after what the answer says; a 7B instruction-tuned model (the paper's) has it, the
+  demo's language model trained from scratch in minutes does not, so the letter is reported, not
+  the headline."""
 
 from __future__ import annotations
 
@@ -22,24 +25,33 @@ from types import SimpleNamespace
 import torch
 from tqdm.auto import tqdm
 
+from ..data.decomposition import QuestionEntityFinder
 from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
 from ..training.stage2 import LETTERS, closed_answer, closed_prompt, conversation
 from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 
-CLOSED_SCORING = ("letter", "answer")
+CLOSED_SCORING = ("answer", "letter")  # the first is the headline
 
 
-def _model_inputs(inputs: dict) -> dict:
-    return {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "pixel_values", "modality_ids")}
+def _model_inputs(inputs: dict, processor) -> dict:
+    return {k: v for k, v in inputs.items() if k in processor.model_input_names}
 
 
 @torch.no_grad()
 def choose_options(
-    model, processor, images: Sequence, modality: str, question: str, options: Sequence[str], scorings: Sequence[str]
+    model,
+    processor,
+    images: Sequence,
+    modality: str,
+    question: str,
+    options: Sequence[str],
+    scorings: Sequence[str],
+    entity: str | None = None,
 ) -> dict[str, str]:
     """The letter (A, B, ...) of the option the model chooses under each of `scorings` (see the
     module doc). With `"answer"` among them, one padded batch of the options' answers serves every
-    scoring: the next-token logits before the first answer token are those of `"letter"`."""
+    scoring: the next-token logits before the first answer token are those of `"letter"`.
+    `entity`: the question's entity id, for a VLM with entity tokens."""
     unknown = [s for s in scorings if s not in CLOSED_SCORING]
     if unknown:
         raise ValueError(f"unknown closed-question scoring {unknown[0]!r}; choose from {CLOSED_SCORING}")
@@ -47,19 +59,20 @@ def choose_options(
     letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in letters]
     prompt = closed_prompt(question, list(options))
     if "answer" not in scorings:
-        messages = conversation(prompt, modality, images=list(images))
+        messages = conversation(prompt, modality, images=list(images), entity=entity)
         inputs = processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
         )
-        logits = model(**_model_inputs(inputs)).logits[0, -1]
+        logits = model(**_model_inputs(inputs, processor)).logits[0, -1]
         return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
     # the batch holds every option's answer after the same two images: read each file once
     images = [processor.image_processor.load(i) if isinstance(i, (str, Path)) else i for i in images]
     conversations = [
-        conversation(prompt, modality, closed_answer(list(options), letter), images=images) for letter in letters
+        conversation(prompt, modality, closed_answer(list(options), letter), images=images, entity=entity)
+        for letter in letters
     ]
     inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
-    logits = model(**_model_inputs(inputs)).logits[:, :-1].float()
+    logits = model(**_model_inputs(inputs, processor)).logits[:, :-1].float()
     targets = inputs["labels"][:, 1:]
     trained = targets != -100
     token_scores = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
@@ -72,10 +85,26 @@ def choose_options(
 
 
 def choose_option(
-    model, processor, images: Sequence, modality: str, question: str, options: Sequence[str], scoring: str = "letter"
+    model,
+    processor,
+    images: Sequence,
+    modality: str,
+    question: str,
+    options: Sequence[str],
+    scoring: str = "letter",
+    entity: str | None = None,
 ) -> str:
     """The letter (A, B, ...) of the option the model chooses under one `scoring`."""
-    return choose_options(model, processor, images, modality, question, options, (scoring,))[scoring]
+    return choose_options(model, processor, images, modality, question, options, (scoring,), entity)[scoring]
+
+
+def row_entities(processor, rows: Sequence[dict], studies: dict, question: str = "question") -> list[str | None]:
+    """The entity each row's `question` is about, when the VLM reads entity tokens (None otherwise):
+    the row's `entity_id` (mined rows), else the finding the question names (benchmark rows)."""
+    if not getattr(processor, "entity_vocabulary", None):
+        return [None] * len(rows)
+    finder = QuestionEntityFinder()
+    return [row.get("entity_id") or finder.find(row[question], studies[row["study_a"]].modality) for row in rows]
 
 
 def closed_predictions(
@@ -85,10 +114,24 @@ def closed_predictions(
     options); `studies` maps study ids to objects with `image` and `modality`."""
     model.eval()
     predicted: dict[str, list[str]] = {scoring: [] for scoring in scorings}
-    for row in tqdm(rows, desc=f"closed VQA ({', '.join(scorings)})", unit="question", disable=not progress):
+    entities = row_entities(processor, rows, studies)
+    for row, entity in tqdm(
+        zip(rows, entities, strict=True),
+        total=len(rows),
+        desc=f"closed VQA ({', '.join(scorings)})",
+        unit="question",
+        disable=not progress,
+    ):
         a, b = studies[row["study_a"]], studies[row["study_b"]]
         chosen = choose_options(
-            model, processor, [a.image, b.image], a.modality, row["question"], row["options"], scorings
+            model,
+            processor,
+            [a.image, b.image],
+            a.modality,
+            row["question"],
+            row["options"],
+            scorings,
+            entity,
         )
         for scoring in scorings:
             predicted[scoring].append(chosen[scoring])
@@ -96,7 +139,12 @@ def closed_predictions(
 
 
 def closed_accuracy(
-    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = "letter"
+    model,
+    processor,
+    rows: Sequence[dict],
+    studies: dict,
+    progress: bool = False,
+    scoring: str = CLOSED_SCORING[0],
 ) -> dict:
     """Accuracy over mined VQA rows under one `scoring`, with each row's predicted letter."""
     predicted = closed_predictions(model, processor, rows, studies, progress, (scoring,))[scoring]
@@ -157,11 +205,13 @@ def evaluate_closed_vqa(
     }
 
 
-def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict, progress: bool = False) -> dict:
+def evaluate_longitudinal(
+    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = CLOSED_SCORING[0]
+) -> dict:
     """Follow-up benchmark rows (`medreco.data.vqa.longitudinal_questions`): accuracy overall and by
     finding (entity), attribute and true change label, plus the confusion matrix of change labels
-    (rows: true label, columns: the label of the option the model chose)."""
-    result = closed_accuracy(model, processor, rows, studies, progress)
+    (rows: true label, columns: the label of the option the model chose), under one `scoring`."""
+    result = closed_accuracy(model, processor, rows, studies, progress, scoring)
     strata: dict[str, dict[str, list[bool]]] = {"entity": defaultdict(list), "attribute": defaultdict(list)}
     strata["label"] = defaultdict(list)
     confusion: dict[str, Counter] = {label: Counter() for label in CHANGE_OPTIONS}
@@ -172,6 +222,7 @@ def evaluate_longitudinal(model, processor, rows: Sequence[dict], studies: dict,
         confusion.setdefault(row["label"], Counter())[row["options"][LETTERS.index(letter)]] += 1
     return {
         **accuracy_summary(result["correct"]),
+        "scoring": scoring,
         **{
             f"by_{name}": {key: accuracy_summary(hits) for key, hits in sorted(groups.items())}
             for name, groups in strata.items()
@@ -200,9 +251,12 @@ def evaluate_open_ended(
     from .text import entity_f1, mean_text_score
 
     predictions, references, modalities, examples = [], [], [], []
-    for row in tqdm(rows, desc="open-ended VQA", unit="question", disable=not progress):
+    entities = row_entities(reader.processor, rows, studies, question="open_question")
+    for row, entity in tqdm(
+        zip(rows, entities, strict=True), total=len(rows), desc="open-ended VQA", unit="question", disable=not progress
+    ):
         a, b = studies[row["study_a"]], studies[row["study_b"]]
-        answer = reader.answer(a.image, b.image, row["open_question"], a.modality)
+        answer = reader.answer(a.image, b.image, row["open_question"], a.modality, entity=entity)
         predictions.append(answer)
         references.append(row["open_answer"])
         modalities.append(a.modality)
@@ -248,6 +302,7 @@ __all__ = [
     "evaluate_closed_vqa",
     "evaluate_longitudinal",
     "evaluate_open_ended",
+    "row_entities",
     "sample_rows",
     "text_only_baseline",
 ]

@@ -104,6 +104,15 @@ def build_text_backbone(text_config, pretrained_name_or_path: str | None = None,
     return backbone
 
 
+def conditioning_tokens(vision_output: MedReCoVisionOutput, source: str = "pooled") -> torch.Tensor:
+    """The tokens the conditioner reads: depth-pooled `(B, N, d)`, or (`source="depth"`) all depth
+    tokens `(B, D'N, d)`."""
+    if source == "depth":
+        batch, depth, tokens, hidden = vision_output.depth_hidden_states.shape
+        return vision_output.depth_hidden_states.reshape(batch, depth * tokens, hidden)
+    return vision_output.last_hidden_state
+
+
 class EntityCrossAttentionLayer(nn.Module):
     """One conditioner layer: the query attends to the visual tokens, then a feed-forward layer.
 
@@ -253,11 +262,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
         return self.vision_model(pixel_values, modality_ids)
 
     def conditioning_tokens(self, vision_output: MedReCoVisionOutput) -> torch.Tensor:
-        """The tokens the conditioner reads: depth-pooled `(B, N, d)`, or all depth tokens `(B, D'N, d)`."""
-        if self.config.conditioner_token_source == "depth":
-            batch, depth, tokens, hidden = vision_output.depth_hidden_states.shape
-            return vision_output.depth_hidden_states.reshape(batch, depth * tokens, hidden)
-        return vision_output.last_hidden_state
+        return conditioning_tokens(vision_output, self.config.conditioner_token_source)
 
     def get_text_embeddings(
         self,

@@ -3,7 +3,11 @@
 Each image is encoded by the MedReCo vision encoder (frozen by default), its depth-pooled tokens
 are mapped into the language model's embedding space by a 2-layer GELU MLP, and each image
 placeholder token in the text is replaced by one projected visual token. Any number of images
-per sample is allowed; two (prior/current or query/reference) is the comparative case."""
+per sample is allowed; two (prior/current or query/reference) is the comparative case.
+
+With `config.entity_tokens`, each image's block ends with one more token: the stage-1
+conditioner's entity-aware feature for the entity the question names (`entity_ids`, one per
+image, -1 for none), projected together with that entity's embedding (see `MedReCoVLMConfig`)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from transformers.generation import GenerationMixin
 from transformers.utils import ModelOutput
 
 from .configuration_vlm import MedReCoVLMConfig
+from .modeling_medreco import MedReCoConditioner, conditioning_tokens
 from .modeling_utils import MedReCoPreTrainedModel
 from .modeling_vision import MedReCoVisionModel
 
@@ -46,6 +51,20 @@ class MedReCoMultiModalProjector(nn.Module):
         return self.linear_2(self.act(self.linear_1(image_features)))
 
 
+class MedReCoEntityProjector(nn.Module):
+    """2-layer GELU MLP from [entity-aware feature; entity embedding] to the language model's width:
+    the entity's embedding lets it read the feature the way that entity needs."""
+
+    def __init__(self, config: MedReCoVLMConfig):
+        super().__init__()
+        self.linear_1 = nn.Linear(2 * config.vision_config.hidden_size, config.text_config.hidden_size)
+        self.act = ACT2FN[config.projector_hidden_act]
+        self.linear_2 = nn.Linear(config.text_config.hidden_size, config.text_config.hidden_size)
+
+    def forward(self, features: torch.Tensor, entity_embeddings: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(torch.cat([features, entity_embeddings], dim=-1))))
+
+
 class MedReCoVLMPreTrainedModel(MedReCoPreTrainedModel):
     config: MedReCoVLMConfig
     config_class = MedReCoVLMConfig
@@ -62,9 +81,17 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
         self.vision_tower = MedReCoVisionModel(config.vision_config)
         self.multi_modal_projector = MedReCoMultiModalProjector(config)
         self.language_model = AutoModel.from_config(config.text_config)
+        if config.entity_tokens:
+            hidden = config.vision_config.hidden_size
+            self.conditioner = MedReCoConditioner(config.conditioner_config, hidden, config.vision_config.num_experts)
+            self.entity_embeddings = nn.Embedding(len(config.entity_vocabulary), hidden)
+            self.entity_projector = MedReCoEntityProjector(config)
         self.post_init()
         if config.freeze_vision_tower:
             self.vision_tower.requires_grad_(False)
+            if config.entity_tokens:
+                self.conditioner.requires_grad_(False)
+                self.entity_embeddings.requires_grad_(False)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.language_model.get_input_embeddings()
@@ -72,10 +99,31 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.language_model.set_input_embeddings(value)
 
-    def get_image_features(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> torch.Tensor:
-        """Projected visual tokens, `(num_images, tokens_per_image, text_hidden)`."""
+    def get_image_features(
+        self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, entity_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Projected visual tokens, `(num_images, tokens_per_image, text_hidden)`; with entity tokens
+        the last token of each image is its entity token (`entity_ids`: one row of the entity table
+        per image, -1 or None for the whole-image feature)."""
         vision_output = self.vision_tower(pixel_values, modality_ids)
-        return self.multi_modal_projector(vision_output.last_hidden_state)
+        features = self.multi_modal_projector(vision_output.last_hidden_state)
+        if not self.config.entity_tokens:
+            return features
+        images = pixel_values.shape[0]
+        if entity_ids is None:
+            entity_ids = torch.full((images,), -1, dtype=torch.long, device=features.device)
+        entity_ids = entity_ids.reshape(-1).to(features.device)
+        if entity_ids.numel() != images or int(entity_ids.max()) >= self.entity_embeddings.num_embeddings:
+            raise ValueError(
+                f"entity_ids must give one row of the {self.entity_embeddings.num_embeddings}-entity table (or -1) "
+                f"for each of the {images} images; got {entity_ids.tolist()}"
+            )
+        known = entity_ids >= 0
+        embeddings = self.entity_embeddings(entity_ids.clamp(min=0)) * known[:, None]
+        tokens = conditioning_tokens(vision_output, self.config.conditioner_token_source)
+        conditioned = self.conditioner(tokens, modality_ids.reshape(-1), embeddings, entity_mask=known).features
+        entity_token = self.entity_projector(conditioned.to(embeddings.dtype), embeddings)
+        return torch.cat([features, entity_token[:, None].to(features.dtype)], dim=1)
 
     def get_placeholder_mask(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, image_features: torch.Tensor
@@ -107,6 +155,7 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        entity_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> MedReCoVLMOutput:
         if (input_ids is None) == (inputs_embeds is None):
@@ -117,7 +166,7 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
         if pixel_values is not None:
             if modality_ids is None:
                 raise ValueError("modality_ids (one per image) are required with pixel_values")
-            image_features = self.get_image_features(pixel_values, modality_ids).to(inputs_embeds.dtype)
+            image_features = self.get_image_features(pixel_values, modality_ids, entity_ids).to(inputs_embeds.dtype)
             mask = self.get_placeholder_mask(input_ids, inputs_embeds, image_features)
             inputs_embeds = inputs_embeds.masked_scatter(mask, image_features)
         outputs = self.language_model(
@@ -161,14 +210,28 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
     def vision_tower(self) -> MedReCoVisionModel:
         return self.model.vision_tower
 
-    def get_image_features(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.get_image_features(pixel_values, modality_ids)
+    def get_image_features(
+        self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, entity_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.model.get_image_features(pixel_values, modality_ids, entity_ids)
 
     def load_vision_tower(self, vision_model: MedReCoVisionModel) -> None:
         """Take the stage-1 vision encoder's weights (keeps this model's freezing)."""
-        missing, unexpected = self.model.vision_tower.load_state_dict(vision_model.state_dict(), strict=True)
-        if missing or unexpected:  # strict=True raises first; kept for clarity of intent
-            raise ValueError(f"vision encoder mismatch: missing {missing}, unexpected {unexpected}")
+        self.model.vision_tower.load_state_dict(vision_model.state_dict(), strict=True)
+
+    def load_conditioner(self, conditioner: MedReCoConditioner, entity_embeddings: torch.Tensor) -> None:
+        """Take the stage-1 conditioner's weights and the entity table (`(E, hidden)`: the stage-1
+        text encoder's embeddings of the entities of `config.entity_vocabulary`, in its order)."""
+        if not self.config.entity_tokens:
+            raise ValueError("this VLM has no entity tokens (config.entity_tokens is False)")
+        self.model.conditioner.load_state_dict(conditioner.state_dict(), strict=True)
+        if tuple(entity_embeddings.shape) != tuple(self.model.entity_embeddings.weight.shape):
+            raise ValueError(
+                f"entity table of shape {tuple(entity_embeddings.shape)}; this VLM expects "
+                f"{tuple(self.model.entity_embeddings.weight.shape)} (one row per entity_vocabulary entry)"
+            )
+        with torch.no_grad():
+            self.model.entity_embeddings.weight.copy_(entity_embeddings)
 
     def load_language_model(self, name_or_path: str, vocab_size: int | None = None, **kwargs) -> None:
         """Take a pretrained causal LM (e.g. Qwen2.5-7B-Instruct): its backbone and LM head replace
@@ -195,6 +258,7 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        entity_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> MedReCoVLMOutput:
         """labels: token ids to predict, -100 where no loss applies. Image placeholder positions
@@ -208,6 +272,7 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            entity_ids=entity_ids,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -231,4 +296,10 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         )
 
 
-__all__ = ["MedReCoForConditionalGeneration", "MedReCoVLMModel", "MedReCoVLMOutput", "MedReCoVLMPreTrainedModel"]
+__all__ = [
+    "MedReCoEntityProjector",
+    "MedReCoForConditionalGeneration",
+    "MedReCoVLMModel",
+    "MedReCoVLMOutput",
+    "MedReCoVLMPreTrainedModel",
+]

@@ -9,7 +9,10 @@ Conversations follow the TRL / transformers message format:
     [{"role": "user", "content": [{"type": "image", "image": "prior/ct"}, {"type": "image", "image": "current/ct"},
                                   {"type": "text", "text": "Has the pleural effusion changed?"}]},
      {"role": "assistant", "content": [{"type": "text", "text": "It has increased."}]}]
-An image block may carry `"modality": "chest_ct"`; otherwise `default_modality` applies."""
+An image block may carry `"modality": "chest_ct"`; otherwise `default_modality` applies. For a VLM
+with entity tokens (`entity_vocabulary` set), an image block may carry `"entity": ENTITY_ID`, the
+finding the question is about: each image's block then holds one more placeholder (its entity
+token) and the inputs hold `entity_ids` (the entity's row in the vocabulary, -1 for none)."""
 
 from __future__ import annotations
 
@@ -66,7 +69,8 @@ class MedReCoProcessor(ProcessorMixin):
     """Prepares conversations with images for [`MedReCoForConditionalGeneration`].
 
     patch_size: the vision encoder's in-plane patch size (tokens per image = (H/p) * (W/p)).
-    default_modality: modality family of images whose block does not name one."""
+    default_modality: modality family of images whose block does not name one.
+    entity_vocabulary: the entity ids of a VLM with entity tokens (its `config.entity_vocabulary`)."""
 
     def __init__(
         self,
@@ -75,6 +79,7 @@ class MedReCoProcessor(ProcessorMixin):
         chat_template: str | None = None,
         patch_size: int = 20,
         default_modality: str = "chest_xray",
+        entity_vocabulary: list[str] | None = None,
         **kwargs,
     ):
         if tokenizer is not None:
@@ -83,6 +88,7 @@ class MedReCoProcessor(ProcessorMixin):
                 tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
         self.patch_size = patch_size
         self.default_modality = default_modality
+        self.entity_vocabulary = list(entity_vocabulary) if entity_vocabulary else None
         super().__init__(image_processor, tokenizer, chat_template=chat_template or CHAT_TEMPLATE)
 
     @property
@@ -91,13 +97,27 @@ class MedReCoProcessor(ProcessorMixin):
 
     def tokens_per_image(self, pixel_values: torch.Tensor) -> int:
         height, width = pixel_values.shape[-2:]
-        return (height // self.patch_size) * (width // self.patch_size)
+        return (height // self.patch_size) * (width // self.patch_size) + int(self.entity_vocabulary is not None)
+
+    def entity_id(self, entity: str | None) -> int:
+        """The row of `entity` in the entity vocabulary; -1 for None (the whole-image feature)."""
+        if entity is None:
+            return -1
+        if self.entity_vocabulary is None:
+            raise ValueError(f"entity {entity!r} given, but this processor's VLM has no entity tokens")
+        if entity not in self.entity_vocabulary:
+            raise ValueError(
+                f"unknown entity {entity!r}: not in the VLM's entity vocabulary ({len(self.entity_vocabulary)} "
+                "entity ids, e.g. " + ", ".join(self.entity_vocabulary[:3]) + ")"
+            )
+        return self.entity_vocabulary.index(entity)
 
     def __call__(
         self,
         text: str | Sequence[str] | None = None,
         images: Sequence | None = None,
         modalities: str | Sequence | None = None,
+        entities: Sequence | None = None,
         return_tensors: str | None = "pt",
         padding: bool | str = True,
         padding_side: str | None = None,
@@ -109,8 +129,10 @@ class MedReCoProcessor(ProcessorMixin):
     ) -> BatchFeature:
         """text: one prompt or a batch, each holding one image placeholder per image.
         images: per sample, a list of images (paths, arrays or loaded images), or a flat list for one sample.
+        entities: like `modalities`, the entity id each image's entity token is about (None: none).
         Returns input_ids, attention_mask, labels (assistant turns only), assistant_masks,
-        pixel_values (all images of the batch, in order), modality_ids."""
+        pixel_values (all images of the batch, in order), modality_ids, and with an entity vocabulary
+        entity_ids."""
         if text is None:
             raise ValueError("MedReCoProcessor needs text (use apply_chat_template for conversations)")
         texts = [text] if isinstance(text, str) else list(text)
@@ -125,6 +147,11 @@ class MedReCoProcessor(ProcessorMixin):
                 [(image,) for image in flat_images], modalities=flat_modalities, return_tensors="pt"
             )
             data["pixel_values"], data["modality_ids"] = batch["pixel_values"], batch["modality_ids"]
+            if self.entity_vocabulary is not None:
+                flat_entities = self._flat_entities(entities, per_sample)
+                data["entity_ids"] = torch.tensor([self.entity_id(e) for e in flat_entities], dtype=torch.long)
+            elif any(e is not None for e in self._flat_entities(entities, per_sample)):
+                raise ValueError("entities given, but this processor's VLM has no entity tokens")
             block = IMAGE_TOKEN * self.tokens_per_image(batch["pixel_values"])
             expanded = []
             for sample_text, sample_images in zip(texts, per_sample):
@@ -181,6 +208,19 @@ class MedReCoProcessor(ProcessorMixin):
             return [images]
         return [list(sample) for sample in images]
 
+    @staticmethod
+    def _flat_entities(entities, per_sample: list[list]) -> list:
+        """One entity (or None) per image of the batch, from a list per sample or a flat list."""
+        count = sum(len(sample) for sample in per_sample)
+        if entities is None:
+            return [None] * count
+        entities = list(entities)
+        if entities and all(isinstance(e, (list, tuple)) for e in entities):
+            entities = [e for sample in entities for e in sample]
+        if len(entities) != count:
+            raise ValueError(f"got {len(entities)} entities for {count} images (give one per image, None for none)")
+        return entities
+
     def _group_modalities(self, modalities, per_sample: list[list]) -> list[list[str]]:
         if modalities is None or isinstance(modalities, str):
             name = modalities or self.default_modality
@@ -214,15 +254,18 @@ class MedReCoProcessor(ProcessorMixin):
         ]
         if not tokenize:
             return prompts if batched else prompts[0]
-        images, modalities = [], []
+        images, modalities, entities = [], [], []
         for c in conversations:
             blocks = [b for m in c if not isinstance(m.get("content"), str) for b in m.get("content") or []]
             found = [b for b in blocks if b.get("type") == "image"]
             images.append([b.get("image", b.get("path", b.get("url"))) for b in found])
-            modalities.append([b.get("modality", self.default_modality) for b in found])
+            modalities.append([b.get("modality") or self.default_modality for b in found])
+            entities.append([b.get("entity") for b in found])
         options = dict(processor_kwargs or {})
         options.pop("return_tensors", None)
-        output = self(text=prompts, images=images, modalities=modalities, return_tensors="pt", **options)
+        output = self(
+            text=prompts, images=images, modalities=modalities, entities=entities, return_tensors="pt", **options
+        )
         if not return_assistant_tokens_mask:
             output.pop("assistant_masks", None)
         if return_tensors is None:  # the transformers convention: lists unless tensors are asked for
@@ -237,7 +280,8 @@ class MedReCoProcessor(ProcessorMixin):
 
     @property
     def model_input_names(self) -> list[str]:
-        return ["input_ids", "attention_mask", "pixel_values", "modality_ids"]
+        names = ["input_ids", "attention_mask", "pixel_values", "modality_ids"]
+        return [*names, "entity_ids"] if self.entity_vocabulary is not None else names
 
 
 def register_processor() -> None:

@@ -140,6 +140,9 @@ class Stage2Config:
     )
     projector_learning_rate: float = 1e-4
     freeze_vision_tower: bool = True
+    # each image also gets the stage-1 conditioner's feature for the question's entity (needs
+    # vision_model; see MedReCoVLMConfig.entity_tokens). Off in the paper.
+    entity_tokens: bool = False
     include_open_ended: bool = True
     include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
     lora: LoraSettings = field(default_factory=LoraSettings)

@@ -28,6 +28,7 @@ from ..processing import MedReCoImageProcessor, MedReCoProcessor, train_wordpiec
 from .config import RecipeError, Stage2Config, to_dict
 from .data import MinedData, check_nonempty, is_volumetric
 from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
+from .stage1 import entity_prompts
 
 logger = logging.getLogger(__name__)
 LETTERS = "ABCD"
@@ -44,14 +45,23 @@ def closed_answer(options: list[str], answer: str) -> str:
     return f"{answer}. {options[LETTERS.index(answer)]}"
 
 
-def conversation(question_text: str, modality: str, answer: str | None = None, images: list | None = None) -> list:
+def conversation(
+    question_text: str,
+    modality: str,
+    answer: str | None = None,
+    images: list | None = None,
+    entity: str | None = None,
+) -> list:
     """A two-image conversation in the processor's chat format. Without `images` the image blocks
-    are placeholders that TRL's collator fills from the dataset's `images` column."""
+    are placeholders that TRL's collator fills from the dataset's `images` column. `entity`: the
+    entity id the question is about, for a VLM with entity tokens."""
     blocks = (
         [{"type": "image", "modality": modality} for _ in range(2)]
         if images is None
         else [{"type": "image", "image": image, "modality": modality} for image in images]
     )
+    if entity is not None:
+        blocks = [{**block, "entity": entity} for block in blocks]
     messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": question_text}]}]
     if answer is not None:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
@@ -67,19 +77,26 @@ def closed_rows(data: MinedData, split: str, include_longitudinal: bool = True) 
 
 
 def vqa_examples(
-    data: MinedData, split: str, include_open_ended: bool, include_longitudinal: bool = True
+    data: MinedData,
+    split: str,
+    include_open_ended: bool,
+    include_longitudinal: bool = True,
+    entity_tokens: bool = False,
 ) -> list[dict]:
-    """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables."""
+    """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables;
+    with `entity_tokens`, the image blocks name the row's entity."""
     examples = []
     for row in closed_rows(data, split, include_longitudinal):
         modality = data.studies[row["study_a"]].modality
         images = [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image]
+        entity = row["entity_id"] if entity_tokens else None
         examples.append(
             {
                 "messages": conversation(
                     closed_prompt(row["question"], row["options"]),
                     modality,
                     closed_answer(row["options"], row["answer"]),
+                    entity=entity,
                 ),
                 "images": images,
                 "modality": modality,
@@ -88,7 +105,7 @@ def vqa_examples(
         if include_open_ended and row.get("open_question"):
             examples.append(
                 {
-                    "messages": conversation(row["open_question"], modality, row["open_answer"]),
+                    "messages": conversation(row["open_question"], modality, row["open_answer"], entity=entity),
                     "images": images,
                     "modality": modality,
                 }
@@ -170,10 +187,23 @@ def build_vlm(
     fields = dict(config.model.overrides)
     if vision_model is not None:
         fields["vision_config"] = vision_model.config.vision_config.to_dict()
+    entity_table = None
+    if config.entity_tokens:
+        if vision_model is None:
+            raise RecipeError("stage2: entity_tokens needs the stage-1 model (set vision_model)")
+        entity_table = stage1_entity_table(vision_model, config.vision_model)
+        fields.update(
+            entity_tokens=True,
+            entity_vocabulary=list(entity_table),
+            conditioner_config=vision_model.config.conditioner_config.to_dict(),
+            conditioner_token_source=vision_model.config.conditioner_token_source,
+        )
     patch = (fields.get("vision_config") or PRESETS[config.model.preset]["vlm"].get("vision_config", {})).get(
         "patch_size", 20
     )
-    processor = MedReCoProcessor(image_processor, tokenizer, patch_size=patch)
+    processor = MedReCoProcessor(
+        image_processor, tokenizer, patch_size=patch, entity_vocabulary=fields.get("entity_vocabulary")
+    )
     if config.language_model is None:
         # a preset LM with any fields the recipe overrides, sized to the tokenizer's vocabulary
         preset_text = PRESETS[config.model.preset]["vlm"]["text_config"]
@@ -190,9 +220,21 @@ def build_vlm(
         model.load_language_model(config.language_model, vocab_size=len(tokenizer), **kwargs)
     if vision_model is not None:
         model.load_vision_tower(vision_model.vision_model)
+    if entity_table is not None:
+        model.load_conditioner(vision_model.conditioner, torch.stack(list(entity_table.values())))
     if config.model.init_from:
         model = MedReCoForConditionalGeneration.from_pretrained(config.model.init_from)
     return model, processor
+
+
+def stage1_entity_table(vision_model: MedReCoModel, folder: str | Path) -> dict[str, torch.Tensor]:
+    """entity id -> the stage-1 text encoder's embedding of its prompt, for every ontology entity:
+    the entity table of a VLM with entity tokens (the tokenizer is the one saved with stage 1)."""
+    prompts = entity_prompts()
+    ids = sorted(prompts)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    embeddings = vision_model.eval().encode_entity_texts([prompts[i] for i in ids], tokenizer)
+    return dict(zip(ids, embeddings.float(), strict=True))
 
 
 def _four_bit_config():
@@ -270,7 +312,13 @@ class Stage2Trainer:
     def dataset(self):
         import datasets
 
-        examples = vqa_examples(self.data, "train", self.config.include_open_ended, self.config.include_longitudinal)
+        examples = vqa_examples(
+            self.data,
+            "train",
+            self.config.include_open_ended,
+            self.config.include_longitudinal,
+            self.config.entity_tokens,
+        )
         random.Random(self.config.run.seed).shuffle(examples)
         examples = examples[: self.config.data.max_train_samples or None]
         check_nonempty(examples, "training VQA samples", self.data.directory)
@@ -380,6 +428,7 @@ __all__ = [
     "MINED_TOKENIZER",
     "build_tokenizer",
     "build_vlm",
+    "stage1_entity_table",
     "conversation_texts",
     "closed_answer",
     "closed_prompt",
