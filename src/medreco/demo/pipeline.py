@@ -141,6 +141,10 @@ def run_demo(config: DemoConfig) -> dict:
             # sees the findings; with the text backbone frozen each report is encoded once, so
             # alignment steps cost the vision side only and 3000 of them fit in the time budget.
             "freeze_text_encoder=true",
+            # each study's entity statements align with its entity-conditioned features during the
+            # warm-up (not in the paper): the conditioner learns every finding the reports describe
+            # from the first step, rather than from the ranking phase's triplets alone
+            "statement_alignment_weight=1.0",
             f"alignment.max_steps={config.alignment_steps}",
             f"ranking.max_steps={config.stage1_steps}",
         ],

@@ -91,7 +91,7 @@ def choose_option(
     modality: str,
     question: str,
     options: Sequence[str],
-    scoring: str = "letter",
+    scoring: str = CLOSED_SCORING[0],
     entity: str | None = None,
 ) -> str:
     """The letter (A, B, ...) of the option the model chooses under one `scoring`."""
