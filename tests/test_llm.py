@@ -114,7 +114,9 @@ def test_retries_rate_limit_and_format_repair(server):
     statement = decomposer.decompose(REPORT, "chest_xray", [effusion]).statements[effusion.id]
     assert statement.status is MentionStatus.NEGATIVE and statement.text == "No effusion."
     times = [t for t, _ in FakeLLM.seen]
-    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.045
+    # 20 requests/s: sends at least 50 ms apart (the backoff alone would give 10-20 ms); arrival times
+    # at the server carry a few ms of scheduling jitter on a loaded machine
+    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.035
     assert FakeLLM.seen[-1][1]["messages"][-1]["content"].startswith("Answer with the JSON object only")
 
 
