@@ -6,6 +6,7 @@ from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
 import medreco
 from medreco.data.phantom import PhantomConfig, generate_cohort
+from medreco.errors import UnknownEntityError
 from medreco.factory import bundled_text_encoder_path
 from medreco.processing import MedReCoImageProcessor, MedReCoProcessor
 
@@ -90,7 +91,7 @@ def test_entity_tokens_add_one_placeholder_per_image_and_name_the_entity(process
     assert plain["entity_ids"].tolist() == [-1, -1]  # no entity named: whole-image tokens
 
     messages[0]["content"][0]["entity"] = "cxr/abnormal/unknown"
-    with pytest.raises(ValueError, match="unknown entity 'cxr/abnormal/unknown'"):
+    with pytest.raises(UnknownEntityError, match="unknown entity 'cxr/abnormal/unknown'"):
         with_entities.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
     with pytest.raises(ValueError, match="no entity tokens"):
         processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")

@@ -288,6 +288,7 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
 
     from medreco.cli import main
     from medreco.comparison import ComparativeReader
+    from medreco.errors import UnknownEntityError
     from medreco.evaluation.vqa import closed_predictions
     from medreco.training.stage1 import entity_prompts
 
@@ -325,7 +326,7 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
     assert reader.entity_finder.find("Has the left pleural effusion grown?", "chest_xray") == effusion
     assert reader.entity_finder.find("Anything new?", "chest_xray") is None
     assert reader.entity_finder.find("Any change?", "chest_xray", entity="pleural effusion") == effusion
-    with pytest.raises(ValueError, match="unknown entity 'gremlins'"):
+    with pytest.raises(UnknownEntityError, match="unknown entity 'gremlins'"):
         reader.answer(rows[0]["study_a"], rows[0]["study_b"], "Any change?", entity="gremlins")
     studies = trainer.data.studies
     first, second = studies[rows[0]["study_a"]].image, studies[rows[0]["study_b"]].image

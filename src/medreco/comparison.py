@@ -53,11 +53,9 @@ class ComparativeReader:
         (found in the question when not given; see `QuestionEntityFinder`)."""
         if not question.strip():
             raise ValueError("the question is empty")
-        if self.entity_finder is not None:
+        if self.entity_finder is not None:  # without entity tokens, the processor refuses an entity
             entity = self.entity_finder.find(question, modality, entity)
             logger.debug("entity token: %s", entity or "none (whole image)")
-        elif entity is not None:
-            raise ValueError(f"entity {entity!r} given, but this VLM has no entity tokens")
         inputs = self.processor.apply_chat_template(
             conversation(question, modality, images=[image_a, image_b], entity=entity),
             add_generation_prompt=True,

@@ -9,6 +9,10 @@ class MedReCoError(Exception):
     """Base of every error medreco raises on purpose."""
 
 
+class UnknownEntityError(MedReCoError, ValueError):
+    """An entity name or id that the ontology, or a model's entity vocabulary, does not hold."""
+
+
 class MedicalImageError(MedReCoError, ValueError):
     """A medical image could not be turned into model input. `path` names the file or folder."""
 
@@ -73,6 +77,7 @@ __all__ = [
     "ModalityError",
     "MultipleSeriesError",
     "SeriesError",
+    "UnknownEntityError",
     "UnreadableImageError",
     "UnsupportedImageError",
 ]

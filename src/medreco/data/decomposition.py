@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..errors import MedReCoError
+from ..errors import MedReCoError, UnknownEntityError
 from .ontology import Entity, Ontology
 
 
@@ -292,7 +292,8 @@ class QuestionEntityFinder:
             try:
                 return self.ontology.find(entity, modality).id
             except KeyError as error:
-                raise ValueError(f"unknown entity {entity!r} for {modality} (see `medreco entities`)") from error
+                message = f"unknown entity {entity!r} for {modality} (see `medreco entities`)"
+                raise UnknownEntityError(message) from error
         mentions = self.decomposer.find_mentions(question, self.ontology.entities(modality))
         return mentions[0][2].id if mentions else None
 

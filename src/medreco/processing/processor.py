@@ -24,6 +24,7 @@ from transformers import AutoProcessor
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
+from ..errors import UnknownEntityError
 from ..modeling import MedReCoConfig, MedReCoVLMConfig
 from .image_processor import MedReCoImageProcessor
 
@@ -106,7 +107,7 @@ class MedReCoProcessor(ProcessorMixin):
         if self.entity_vocabulary is None:
             raise ValueError(f"entity {entity!r} given, but this processor's VLM has no entity tokens")
         if entity not in self.entity_vocabulary:
-            raise ValueError(
+            raise UnknownEntityError(
                 f"unknown entity {entity!r}: not in the VLM's entity vocabulary ({len(self.entity_vocabulary)} "
                 "entity ids, e.g. " + ", ".join(self.entity_vocabulary[:3]) + ")"
             )
