@@ -10,7 +10,15 @@ from transformers import AutoTokenizer
 import medreco
 from medreco.factory import bundled_text_encoder_path
 from medreco.processing import MedReCoImageProcessor
-from medreco.retrieval import GalleryIndex, GalleryIndexError, RetrievalEncoder, Searcher, entity_key, plot_montage
+from medreco.retrieval import (
+    ExactSearch,
+    GalleryIndex,
+    GalleryIndexError,
+    RetrievalEncoder,
+    Searcher,
+    entity_key,
+    plot_montage,
+)
 from medreco.training.data import MinedData
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,6 +63,8 @@ def test_index_round_trip_and_search_equals_a_fresh_build(archive, tmp_path):
     overlap = len({h.study_id for h in exact} & {h.study_id for h in approximate}) / 10
     assert overlap >= 0.9
     assert ids[3] not in [h.study_id for h in reloaded.search(query, "chest_xray", ENTITY, 5, exclude={ids[3]})]
+    with pytest.raises(ValueError, match="NaN"):
+        reloaded.search(torch.full_like(query, float("nan")), "chest_xray", ENTITY)
 
 
 def test_adding_studies_invalidates_entity_caches_and_keeps_the_index_whole(archive, tmp_path):
@@ -63,14 +73,62 @@ def test_adding_studies_invalidates_entity_caches_and_keeps_the_index_whole(arch
     index.add(ids[:30], images[:30], ["chest_xray"] * 30, progress=False)
     features, _ = index.entity_features("chest_xray", ENTITY)
     assert features.shape[0] == 30
+    assert len(index.search(features[0], "chest_xray", ENTITY, top_k=100)) == 30
     index.add(ids[30:], images[30:], ["chest_xray"] * (len(ids) - 30), progress=False)
     features, attention = index.entity_features("chest_xray", ENTITY)
     assert features.shape[0] == attention.shape[0] == len(ids)
+    # the in-memory gallery of the search before the update is not reused: new studies are found
+    hits = index.search(features[-1], "chest_xray", ENTITY, top_k=len(ids))
+    assert {h.study_id for h in hits} == set(ids)
+    assert hits[0].study_id == ids[-1] and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert not list(tmp_path.rglob(".*.tmp"))
     with pytest.raises(GalleryIndexError, match="another retrieval model"):
         GalleryIndex(tmp_path, make_encoder(seed=1))
     with pytest.raises(GalleryIndexError, match="no chest_ct"):
         index.tokens("chest_ct")
+
+
+def _float64_top_k(gallery: torch.Tensor, query: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.topk(gallery.double() @ query.double(), k).indices
+
+
+@pytest.mark.parametrize("layout", ["uniform", "clustered", "near_ties", "unnormalised"])
+def test_exact_search_equals_a_float64_brute_force(layout):
+    generator = torch.Generator().manual_seed(0)
+    gallery = torch.randn(20000, 64, generator=generator)
+    if layout == "clustered":  # most rows close to one of a few centres, like conditioned features
+        centres = torch.randn(20, 64, generator=generator)
+        gallery = centres[torch.randint(0, 20, (20000,), generator=generator)] + 0.1 * gallery
+    if layout == "near_ties":  # many rows within float16 rounding of one another
+        gallery = gallery[:50].repeat(400, 1) + 1e-5 * gallery
+    if layout != "unnormalised":
+        gallery = gallery / gallery.norm(dim=1, keepdim=True)
+    else:
+        gallery = gallery * 300.0
+    search = ExactSearch(gallery)
+    for row in range(0, 20000, 2500):
+        query = gallery[row] + 0.3 * torch.randn(64, generator=generator) * gallery[row].norm() / 8
+        scores, indices = search.search(query, 10)
+        expected = _float64_top_k(gallery, query, 10)
+        exact = gallery.double() @ query.double()
+        # the same rows, or rows tied with them in float32: compare the scores they reach
+        assert scores.double().tolist() == pytest.approx(exact[expected].tolist(), rel=1e-6, abs=1e-6)
+        assert exact[indices].tolist() == pytest.approx(exact[expected].tolist(), rel=1e-6, abs=1e-6)
+        if layout != "near_ties":
+            assert indices.tolist() == expected.tolist()
+
+
+def test_exact_search_shortlists_few_rows_and_handles_edge_cases():
+    generator = torch.Generator().manual_seed(1)
+    gallery = torch.nn.functional.normalize(torch.randn(5000, 32, generator=generator), dim=1)
+    search = ExactSearch(gallery)
+    query = gallery[7]
+    bound = search.error_bound(query, query.half())
+    assert 0 < bound < 1e-2  # float16 rounding of unit vectors: well under 0.01 of cosine
+    assert search.search(query, 1)[1].tolist() == [7]
+    assert len(search.search(query, 0)[1]) == 0
+    assert sorted(search.search(query, 6000)[1].tolist()) == list(range(5000))  # k beyond the gallery
+    assert ExactSearch(gallery * 1e5).coarse is None  # beyond float16 range: float32 alone
 
 
 def test_search_with_reranker_and_montage(archive, tmp_path):

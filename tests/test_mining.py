@@ -104,6 +104,18 @@ def test_mine_command(cohort, tmp_path, capsys):
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["studies"] == 56 and (tmp_path / "summary.json").exists()
+    # agreement alone (the demo's relevance): paraphrased statements of one fact become positives
+    agreement = [*args[:3], str(tmp_path / "agreement"), "--quiet", "--metrics", "agreement"]
+    agreement += ["--positive-threshold", "0.99", "--negative-threshold", "0.01"]
+    assert main(agreement) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["studies"] == 56 and alone["vqa"] == summary["vqa"]
+    positives = {
+        name: sum(len(r["relevant"]) for r in datasets.load_from_disk(str(folder / "retrieval")))
+        for name, folder in (("both", tmp_path), ("agreement", tmp_path / "agreement"))
+    }
+    assert positives["agreement"] > positives["both"]
+    assert main([*agreement[:-6], "--metrics", "bleu"]) == 2
 
 
 def test_anatomy_level_mining_gives_anatomy_retrieval_queries(cohort, tmp_path):

@@ -2,8 +2,10 @@ import numpy as np
 import pytest
 
 from medreco.data.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
+from medreco.data.mining import MiningConfig
 from medreco.data.phantom import PhantomConfig, generate_cohort, read_ground_truth
 from medreco.data.similarity import (
+    SIMILARITY_METRICS,
     AgreementSimilarity,
     EmbeddingSimilarity,
     MetricUnavailableError,
@@ -11,6 +13,7 @@ from medreco.data.similarity import (
     RaTEScoreSimilarity,
     ReportSimilarity,
     SimilarityThresholds,
+    build_similarity_metric,
 )
 from medreco.data.splits import assign_splits
 from medreco.data.supervision import StudyInfo, build_retrieval_benchmark, build_triplets
@@ -55,6 +58,23 @@ def test_agreement_compares_status_and_attributes():
     assert matrix.shape == (5, 5)
     assert np.array_equal(matrix, [[agreement.score([x], [y])[0] for y in second] for x in first])
     assert agreement.matrix([], second).shape == (0, 5)
+
+
+def test_metrics_by_name_and_agreement_alone_labels_paraphrases_by_content():
+    """With MiniLM, paraphrases of a negative finding fall below the embedding threshold, so a
+    relevance that needs the embedding metric judges wording; agreement alone judges content."""
+    statements = [s(N, "No cardiomegaly."), s(N, "Heart size is normal."), s(P, "Mild cardiomegaly.")]
+    strict = SimilarityThresholds({"embedding": 0.8, "agreement": 0.99}, {"embedding": 0.75, "agreement": 0.01})
+    both = ReportSimilarity(
+        [build_similarity_metric(name, "bundled:minilm") for name in SIMILARITY_METRICS[:2]], strict
+    )
+    alone = ReportSimilarity([build_similarity_metric("agreement")], strict)
+    assert both.relevance(statements[:1], statements[1:]).tolist() == [[-1, -1]]  # wording: neither
+    assert alone.relevance(statements[:1], statements[1:]).tolist() == [[1, 0]]
+    with pytest.raises(ValueError, match="unknown similarity metric"):
+        build_similarity_metric("bleu")
+    with pytest.raises(ValueError, match="bleu"):
+        MiningConfig(metrics=("agreement", "bleu"))
 
 
 def test_combination_thresholds_and_ranking(embedding):

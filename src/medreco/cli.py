@@ -149,6 +149,7 @@ def _mine(args: argparse.Namespace) -> int:
 
     config = MiningConfig(
         workers=args.workers,
+        metrics=tuple(name.strip() for name in args.metrics.split(",") if name.strip()),
         text_encoder=args.text_encoder,
         positive_threshold=_thresholds(args.positive_threshold),
         negative_threshold=_thresholds(args.negative_threshold),
@@ -249,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mine.add_argument("--out", required=True, help="output folder (resumes an interrupted run)")
     mine.add_argument("--workers", type=int, default=1, help="processes for report decomposition")
+    mine.add_argument(
+        "--metrics",
+        default="embedding,agreement",
+        help="report-similarity metrics that must all agree to label a pair: embedding, agreement, ratescore, radgraph",
+    )
     mine.add_argument("--text-encoder", default="bundled:minilm", help="embedding model for report similarity")
     mine.add_argument("--positive-threshold", default="0.9", help="0.9, or per metric: embedding=0.8,agreement=0.99")
     mine.add_argument("--negative-threshold", default="0.3", help="0.3, or per metric")

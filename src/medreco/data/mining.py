@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from ..errors import MedReCoError
 from .decomposition import EntityStatement, MentionStatus, ReportDecomposition, RuleBasedDecomposer
 from .longitudinal import consistent_change_label
-from .similarity import AgreementSimilarity, EmbeddingSimilarity, ReportSimilarity, SimilarityThresholds
+from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
 from .splits import assign_splits, check_patients
 from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
 from .vqa import filter_vqa, vqa_over_pairs
@@ -57,7 +57,9 @@ class MiningConfig:
 
     split_fractions: dict[str, float] = field(default_factory=lambda: {"train": 0.8, "validation": 0.1, "test": 0.1})
     split_salt: str = "medreco"
-    text_encoder: str = "bundled:minilm"
+    # Report-similarity metrics that must all agree for a pair to be labelled (names: SIMILARITY_METRICS)
+    metrics: tuple[str, ...] = ("embedding", "agreement")
+    text_encoder: str = "bundled:minilm"  # the embedding metric's model
     positive_threshold: float | dict[str, float] = 0.9
     negative_threshold: float | dict[str, float] = 0.3
     triplets_per_anchor: int = 2
@@ -71,6 +73,9 @@ class MiningConfig:
         unknown = sorted(set(self.levels) - ENTITY_LEVELS)
         if unknown or not self.levels:
             raise ValueError(f"entity levels {unknown or '(none)'} unknown; choose from {sorted(ENTITY_LEVELS)}")
+        unknown = sorted(set(self.metrics) - set(SIMILARITY_METRICS))
+        if unknown or not self.metrics:
+            raise ValueError(f"similarity metrics {unknown or '(none)'} unknown; choose from {SIMILARITY_METRICS}")
 
 
 def read_study_manifest(path: str | Path) -> list[dict]:
@@ -164,7 +169,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     )
 
     similarity = ReportSimilarity(
-        [EmbeddingSimilarity(config.text_encoder), AgreementSimilarity()],
+        [build_similarity_metric(name, config.text_encoder) for name in config.metrics],
         SimilarityThresholds(config.positive_threshold, config.negative_threshold),
     )
     triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)

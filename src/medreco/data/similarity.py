@@ -175,6 +175,22 @@ class RadGraphSimilarity(SimilarityMetric):
         return np.clip(np.asarray(rewards, dtype=float), 0, 1)
 
 
+SIMILARITY_METRICS = ("embedding", "agreement", "ratescore", "radgraph")
+
+
+def build_similarity_metric(name: str, text_encoder: str = "FremyCompany/BioLORD-2023") -> SimilarityMetric:
+    """A similarity metric by name (`SIMILARITY_METRICS`); `text_encoder` is the embedding metric's model."""
+    if name == "embedding":
+        return EmbeddingSimilarity(text_encoder)
+    if name == "agreement":
+        return AgreementSimilarity()
+    if name == "ratescore":
+        return RaTEScoreSimilarity()
+    if name == "radgraph":
+        return RadGraphSimilarity()
+    raise ValueError(f"unknown similarity metric {name!r}; choose from {', '.join(SIMILARITY_METRICS)}")
+
+
 @dataclass
 class SimilarityThresholds:
     """Paper defaults: positive when every metric > 0.9, negative when every metric < 0.3.
@@ -235,11 +251,13 @@ def _average_ranks(matrix: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "AgreementSimilarity",
+    "build_similarity_metric",
     "EmbeddingSimilarity",
     "MetricUnavailableError",
     "RaTEScoreSimilarity",
     "RadGraphSimilarity",
     "ReportSimilarity",
+    "SIMILARITY_METRICS",
     "SimilarityMetric",
     "SimilarityThresholds",
 ]

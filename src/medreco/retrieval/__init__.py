@@ -1,10 +1,11 @@
 """Controllable retrieval: study encoding, the gallery index, search with reranking."""
 
 from .encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
-from .index import GalleryIndex, GalleryIndexError, SearchHit, entity_key
+from .index import ExactSearch, GalleryIndex, GalleryIndexError, SearchHit, entity_key
 from .search import RankedStudy, Searcher, attention_map, plot_montage
 
 __all__ = [
+    "ExactSearch",
     "EncodedStudies",
     "GalleryIndex",
     "GalleryIndexError",

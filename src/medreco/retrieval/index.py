@@ -1,5 +1,7 @@
 """The gallery index: an archive encoded once, entity-conditioned embeddings cached per entity,
-exact and FAISS approximate search, all persisted and reloadable.
+exact and FAISS approximate search, all persisted and reloadable. Exact search reads a float16
+copy of the gallery and rescores a shortlist in float32 (`ExactSearch`); the galleries of the last
+few entities searched stay in memory.
 
 Layout of an index folder:
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,64 @@ WHOLE_IMAGE = "<whole image>"
 # the graph of 1M clustered 512-d embeddings found 87% of the exact top 10 at efSearch 128 and no
 # more than 93% at any efSearch; built with 100, 99% at the same 0.6 ms per query.
 HNSW_NEIGHBOURS, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 100, 128
+
+
+# Entity galleries kept in memory for searching (float32 and float16 copies, and the HNSW graph).
+SEARCHERS_IN_MEMORY = 4
+_FLOAT16_UNIT = 2.0**-11  # float16 relative rounding error (round to nearest), 11-bit significand
+_FLOAT32_UNIT = 2.0**-24
+
+
+class ExactSearch:
+    """Exact top-k inner-product search that reads a float16 copy of the gallery.
+
+    A matrix-vector product over a large gallery is bound by memory traffic, so the scores are first
+    computed over float16 rows (half the bytes, and PyTorch's reduced-precision CPU matrix-vector
+    kernel accumulates in float32). A bound on the difference between those scores and the float32
+    ones shortlists every row that could be among the float32 top k; the shortlist alone is rescored
+    in float32. Results are those of a float32 search (up to float32 rounding); the shortlist is
+    typically a few dozen rows. The bound adds: each row's measured rounding residual times the
+    query norm, the query's measured rounding residual times the largest row norm, and the output
+    rounding and float32 accumulation errors of the product."""
+
+    def __init__(self, features: torch.Tensor):
+        self.features = features.detach().float().contiguous()
+        finite = bool(torch.isfinite(self.features).all())
+        largest = float(self.features.abs().max()) if self.features.numel() else 0.0
+        # float16 holds magnitudes up to 65504: an unusual gallery is searched in float32 alone
+        self.coarse = self.features.half() if finite and largest < 2.0**14 else None
+        if self.coarse is not None:
+            coarse = self.coarse.float()
+            self.row_norm = float(coarse.norm(dim=1).max()) if len(coarse) else 0.0
+            self.row_residual = float((self.features - coarse).norm(dim=1).max()) if len(coarse) else 0.0
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+    def error_bound(self, query: torch.Tensor, coarse_query: torch.Tensor) -> float:
+        """Largest possible |float16 score - float32 score| of any row for this query."""
+        query_norm, coarse_norm = float(query.norm()), float(coarse_query.float().norm())
+        product = self.row_norm * coarse_norm  # bounds |score| and the sum of |products|
+        return (
+            query_norm * self.row_residual
+            + self.row_norm * float((query - coarse_query.float()).norm())
+            + product * (_FLOAT16_UNIT + self.features.shape[1] * _FLOAT32_UNIT)
+            + 2.0**-24  # float16 subnormal spacing
+        )
+
+    def search(self, query: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores and row indices of the `k` rows with the largest inner product with `query` `(d,)`."""
+        query = query.detach().float().reshape(-1)
+        k = min(k, len(self))
+        if self.coarse is None or k == 0 or k >= len(self) or float(query.abs().max()) >= 2.0**14:
+            return torch.topk(self.features @ query, k)
+        coarse_query = query.half()
+        scores = torch.mv(self.coarse, coarse_query)  # 1-D: the float32-accumulating kernel
+        kth = float(torch.topk(scores, k).values[-1])
+        shortlist = torch.nonzero(scores.float() >= kth - 2 * self.error_bound(query, coarse_query)).squeeze(1)
+        exact = self.features[shortlist] @ query
+        top = torch.topk(exact, k)
+        return top.values, shortlist[top.indices]
 
 
 class GalleryIndexError(MedReCoError, ValueError):
@@ -74,6 +135,7 @@ class GalleryIndex:
         if self.meta.get("model") not in (None, fingerprint):
             raise GalleryIndexError(f"{self.directory}: index was built with another retrieval model; rebuild it")
         self.meta["model"] = fingerprint
+        self._searchers: OrderedDict[tuple[str, int], object] = OrderedDict()
 
     def _model_fingerprint(self) -> str:
         digest = hashlib.sha256()
@@ -138,9 +200,12 @@ class GalleryIndex:
             raise GalleryIndexError(f"{path}: {tokens.shape[0]} token rows for {len(self.study_ids(modality))} studies")
         return tokens
 
+    def _entity_path(self, modality: str, entity: str | None) -> Path:
+        return self.directory / "entities" / modality / f"{entity_key(entity)}.safetensors"
+
     def entity_features(self, modality: str, entity: str | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Conditioned features `(S, d)` and attention `(S, N)` of every study, cached on disk."""
-        path = self.directory / "entities" / modality / f"{entity_key(entity)}.safetensors"
+        path = self._entity_path(modality, entity)
         if path.exists():
             cached = load_file(path)
             return cached["features"], cached["attention"].float()
@@ -161,34 +226,55 @@ class GalleryIndex:
         exclude: set[str] | None = None,
     ) -> list[SearchHit]:
         """The `top_k` studies most similar to a query feature `(d,)` under `entity`."""
-        features, _ = self.entity_features(modality, entity)
+        if not torch.isfinite(query).all():
+            raise ValueError("the query feature has NaN or infinite values")
         ids = self.study_ids(modality)
         wanted = min(len(ids), top_k + len(exclude or ()))
         if approximate:
-            scores, order = self._faiss(modality, entity, features).search(
-                query[None].numpy().astype(np.float32), wanted
-            )
+            scores, order = self._faiss(modality, entity).search(query[None].numpy().astype(np.float32), wanted)
             pairs = list(zip(order[0].tolist(), scores[0].tolist()))
         else:
-            scores = features @ query
-            top = torch.topk(scores, wanted)
-            pairs = list(zip(top.indices.tolist(), top.values.tolist()))
+            scores, order = self._exact(modality, entity).search(query, wanted)
+            pairs = list(zip(order.tolist(), scores.tolist()))
         hits = [SearchHit(ids[i], float(s)) for i, s in pairs if i >= 0 and ids[i] not in (exclude or set())]
         return hits[:top_k]
 
-    def _faiss(self, modality: str, entity: str | None, features: torch.Tensor):
+    def _in_memory(self, path: Path, build):
+        """What `build` makes from the file at `path`, kept while the file is unchanged (the few most
+        recently used are kept)."""
+        stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
+        if stamp in self._searchers:
+            self._searchers.move_to_end(stamp)
+            return self._searchers[stamp]
+        value = build()
+        self._searchers[(str(path), path.stat().st_mtime_ns)] = value  # build wrote the file if it was missing
+        while len(self._searchers) > SEARCHERS_IN_MEMORY:
+            self._searchers.popitem(last=False)
+        return value
+
+    def _exact(self, modality: str, entity: str | None) -> ExactSearch:
+        return self._in_memory(
+            self._entity_path(modality, entity), lambda: ExactSearch(self.entity_features(modality, entity)[0])
+        )
+
+    def _faiss(self, modality: str, entity: str | None):
         import faiss
 
         path = self.directory / "faiss" / modality / f"{entity_key(entity)}.hnsw"
-        if path.exists():
-            return faiss.read_index(str(path))
-        index = faiss.IndexHNSWFlat(features.shape[1], HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        index.hnsw.efSearch = HNSW_EF_SEARCH
-        index.add(features.numpy().astype(np.float32))
-        with atomic_path(path) as temporary:
-            faiss.write_index(index, str(temporary))
-        return index
+
+        def build():
+            if path.exists():
+                return faiss.read_index(str(path))
+            features, _ = self.entity_features(modality, entity)
+            index = faiss.IndexHNSWFlat(features.shape[1], HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            index.hnsw.efSearch = HNSW_EF_SEARCH
+            index.add(features.numpy().astype(np.float32))
+            with atomic_path(path) as temporary:
+                faiss.write_index(index, str(temporary))
+            return index
+
+        return self._in_memory(path, build)
 
 
-__all__ = ["GalleryIndex", "GalleryIndexError", "SearchHit", "entity_key"]
+__all__ = ["ExactSearch", "GalleryIndex", "GalleryIndexError", "SearchHit", "entity_key"]
