@@ -65,6 +65,14 @@ def test_index_round_trip_and_search_equals_a_fresh_build(archive, tmp_path):
     assert ids[3] not in [h.study_id for h in reloaded.search(query, "chest_xray", ENTITY, 5, exclude={ids[3]})]
     with pytest.raises(ValueError, match="NaN"):
         reloaded.search(torch.full_like(query, float("nan")), "chest_xray", ENTITY)
+    # a few studies' stored rows, read row by row, equal the whole tables' rows
+    hits = reloaded.search(query, "chest_xray", ENTITY, top_k=4)
+    assert [ids[h.row] for h in hits] == [h.study_id for h in hits]
+    rows = [h.row for h in hits]
+    stored = reloaded.rows("chest_xray", ENTITY, rows)
+    features, attention = reloaded.entity_features("chest_xray", ENTITY)
+    assert torch.equal(stored["tokens"], reloaded.tokens("chest_xray")[rows])
+    assert torch.equal(stored["features"], features[rows]) and torch.equal(stored["attention"], attention[rows])
 
 
 def test_adding_studies_invalidates_entity_caches_and_keeps_the_index_whole(archive, tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_path, write_text_atomically
@@ -109,6 +110,7 @@ class GalleryIndexError(MedReCoError, ValueError):
 class SearchHit:
     study_id: str
     score: float  # cosine similarity in [-1, 1]
+    row: int = -1  # the study's row in its modality's tables
 
 
 def entity_key(entity: str | None) -> str:
@@ -215,6 +217,23 @@ class GalleryIndex:
         _atomic_save({"features": features, "attention": attention.half()}, path)
         return features, attention
 
+    def rows(self, modality: str, entity: str | None, rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Stored tokens `(R, N, d)`, conditioned features `(R, d)` and attention `(R, N)` of a few
+        studies, read from the memory-mapped files row by row rather than whole."""
+        paths = {"tokens": self.directory / "tokens" / f"{modality}.safetensors"}
+        paths["features"] = paths["attention"] = self._entity_path(modality, entity)
+        if not paths["tokens"].exists():
+            raise GalleryIndexError(f"{self.directory}: no {modality} studies in this index")
+        if not paths["features"].exists():
+            self.entity_features(modality, entity)
+        out = {}
+        for name, path in paths.items():
+            with safe_open(path, framework="pt") as stored:
+                table = stored.get_slice(name)
+                picked = [table[row : row + 1] for row in rows]
+                out[name] = torch.cat(picked).float() if picked else torch.empty(0)
+        return out
+
     # ---- searching
     def search(
         self,
@@ -236,7 +255,7 @@ class GalleryIndex:
         else:
             scores, order = self._exact(modality, entity).search(query, wanted)
             pairs = list(zip(order.tolist(), scores.tolist()))
-        hits = [SearchHit(ids[i], float(s)) for i, s in pairs if i >= 0 and ids[i] not in (exclude or set())]
+        hits = [SearchHit(ids[i], float(s), i) for i, s in pairs if i >= 0 and ids[i] not in (exclude or set())]
         return hits[:top_k]
 
     def _in_memory(self, path: Path, build):

@@ -61,19 +61,17 @@ class Searcher:
         query_features, query_attention = self.encoder.condition(tokens[None], modality_id, entity)
         pool = max(top_k, rerank_top if self.reranker is not None else top_k)
         hits = self.index.search(query_features[0], modality, entity, pool, approximate=approximate, exclude=exclude)
-        ids = self.index.study_ids(modality)
-        rows = torch.tensor([ids.index(h.study_id) for h in hits], dtype=torch.long)
+        stored = self.index.rows(modality, entity, [h.row for h in hits])  # the hits' rows only
         cosine = torch.tensor([h.score for h in hits])
         probabilities = None
-        features, attention = self.index.entity_features(modality, entity)
         if self.reranker is not None and len(hits):
             inputs = RerankerScorer.pair_inputs(
                 tokens,
                 query_attention[0],
                 query_features[0],
-                self.index.tokens(modality)[rows],
-                attention[rows],
-                features[rows],
+                stored["tokens"],
+                stored["attention"],
+                stored["features"],
                 self.reranker.reranker.config.top_k,
             )
             probabilities = self.reranker.score(inputs, modality_id.expand(len(hits)))
@@ -94,7 +92,7 @@ class Searcher:
         ]
         extras = {
             "query_attention": query_attention[0],
-            "hit_attention": [attention[rows[i]] for i in order],
+            "hit_attention": [stored["attention"][i] for i in order],
         }
         return ranked, extras
 
