@@ -90,6 +90,13 @@ def test_adding_studies_invalidates_entity_caches_and_keeps_the_index_whole(arch
     assert {h.study_id for h in hits} == set(ids)
     assert hits[0].study_id == ids[-1] and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert not list(tmp_path.rglob(".*.tmp"))
+    # a damaged entity cache (NaN features) is refused with its file named, not searched
+    from safetensors.torch import save_file
+
+    damaged = tmp_path / "entities" / "chest_xray" / f"{entity_key(ENTITY)}.safetensors"
+    save_file({"features": torch.full_like(features, float("nan")), "attention": attention.half()}, damaged)
+    with pytest.raises(GalleryIndexError, match=damaged.name):
+        index.search(features[0], "chest_xray", ENTITY)
     with pytest.raises(GalleryIndexError, match="another retrieval model"):
         GalleryIndex(tmp_path, make_encoder(seed=1))
     with pytest.raises(GalleryIndexError, match="no chest_ct"):
@@ -137,6 +144,8 @@ def test_exact_search_shortlists_few_rows_and_handles_edge_cases():
     assert len(search.search(query, 0)[1]) == 0
     assert sorted(search.search(query, 6000)[1].tolist()) == list(range(5000))  # k beyond the gallery
     assert ExactSearch(gallery * 1e5).coarse is None  # beyond float16 range: float32 alone
+    with pytest.raises(ValueError, match="NaN"):
+        ExactSearch(torch.full((3, 32), float("nan")))
 
 
 def test_search_with_reranker_and_montage(archive, tmp_path):

@@ -64,10 +64,11 @@ class ExactSearch:
 
     def __init__(self, features: torch.Tensor):
         self.features = features.detach().float().contiguous()
-        finite = bool(torch.isfinite(self.features).all())
+        if not torch.isfinite(self.features).all():
+            raise ValueError("the gallery features have NaN or infinite values")
         largest = float(self.features.abs().max()) if self.features.numel() else 0.0
         # float16 holds magnitudes up to 65504: an unusual gallery is searched in float32 alone
-        self.coarse = self.features.half() if finite and largest < 2.0**14 else None
+        self.coarse = self.features.half() if largest < 2.0**14 else None
         if self.coarse is not None:
             coarse = self.coarse.float()
             self.row_norm = float(coarse.norm(dim=1).max()) if len(coarse) else 0.0
@@ -220,18 +221,19 @@ class GalleryIndex:
     def rows(self, modality: str, entity: str | None, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         """Stored tokens `(R, N, d)`, conditioned features `(R, d)` and attention `(R, N)` of a few
         studies, read from the memory-mapped files row by row rather than whole."""
-        paths = {"tokens": self.directory / "tokens" / f"{modality}.safetensors"}
-        paths["features"] = paths["attention"] = self._entity_path(modality, entity)
-        if not paths["tokens"].exists():
+        tokens_path = self.directory / "tokens" / f"{modality}.safetensors"
+        entity_path = self._entity_path(modality, entity)
+        if not tokens_path.exists():
             raise GalleryIndexError(f"{self.directory}: no {modality} studies in this index")
-        if not paths["features"].exists():
+        if not entity_path.exists():
             self.entity_features(modality, entity)
         out = {}
-        for name, path in paths.items():
+        for path, names in ((tokens_path, ("tokens",)), (entity_path, ("features", "attention"))):
             with safe_open(path, framework="pt") as stored:
-                table = stored.get_slice(name)
-                picked = [table[row : row + 1] for row in rows]
-                out[name] = torch.cat(picked).float() if picked else torch.empty(0)
+                for name in names:
+                    table = stored.get_slice(name)
+                    picked = [table[row : row + 1] for row in rows]
+                    out[name] = torch.cat(picked).float() if picked else torch.empty(0)
         return out
 
     # ---- searching
@@ -272,9 +274,15 @@ class GalleryIndex:
         return value
 
     def _exact(self, modality: str, entity: str | None) -> ExactSearch:
-        return self._in_memory(
-            self._entity_path(modality, entity), lambda: ExactSearch(self.entity_features(modality, entity)[0])
-        )
+        path = self._entity_path(modality, entity)
+
+        def build() -> ExactSearch:
+            try:
+                return ExactSearch(self.entity_features(modality, entity)[0])
+            except ValueError as error:
+                raise GalleryIndexError(f"{path}: {error}; delete the file to recompute it") from error
+
+        return self._in_memory(path, build)
 
     def _faiss(self, modality: str, entity: str | None):
         import faiss
