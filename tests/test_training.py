@@ -177,6 +177,20 @@ def test_stage1_final_folder_loads_with_the_auto_classes(stage1_run):
     assert json.loads((out / "final" / "training_config.json").read_text())["triplet_margin"] == 0.2
 
 
+def test_a_seed_reproduces_a_stage1_run(toy, tmp_path):
+    """`run.seed` fixes the model's initialisation as well as the batch order, whatever the process's
+    random state was before: one seed gives identical weights twice, another seed another model."""
+    weights = {}
+    for name, seed in (("first", 3), ("again", 3), ("other", 4)):
+        torch.manual_seed(len(weights))  # a different global state before each run
+        config = stage1_config(toy, tmp_path / name, f"run.seed={seed}", "alignment.max_steps=2", "ranking.max_steps=2")
+        Stage1Trainer(config).train()
+        weights[name] = load_file(tmp_path / name / "final" / "model.safetensors")
+    assert weights["first"].keys() == weights["again"].keys()
+    assert all(torch.equal(tensor, weights["again"][key]) for key, tensor in weights["first"].items())
+    assert not all(torch.equal(tensor, weights["other"][key]) for key, tensor in weights["first"].items())
+
+
 def test_a_finished_run_is_not_trained_again(stage1_run, toy):
     _trainer, out, summaries, _ = stage1_run
     again = Stage1Trainer(stage1_config(toy, out)).train()

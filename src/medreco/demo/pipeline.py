@@ -111,20 +111,19 @@ def _done(folder: Path) -> bool:
     return (folder / "config.json").exists()
 
 
-def run_demo(config: DemoConfig) -> dict:
-    """Run every step and write the outputs under `config.out_dir`; returns the metrics."""
+STAGES = ("stage1", "reranker", "stage2")
+
+
+def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
+    """Write the synthetic cohort and mine its reports under `config.out_dir` (each step skipped when
+    already done); returns the mined folder."""
     from ..data.mining import MiningConfig, mine
     from ..data.phantom import PhantomConfig, generate_cohort
-    from ..training import load_recipe, train_stage
-    from ..training.data import MinedData
 
+    clock = clock or Stopwatch()
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    clock = Stopwatch()
-    started = time.perf_counter()
-    cohort, mined, models = out / "cohort", out / "mined", out / "models"
-    stage1 = models / "stage1"
-
+    cohort, mined = out / "cohort", out / "mined"
     if not (cohort / "manifest.jsonl").exists():
         phantom = PhantomConfig(num_patients=config.patients, size="tiny", seed=config.seed)
         clock.run("cohort", lambda: generate_cohort(phantom, cohort, progress=config.progress))
@@ -138,8 +137,20 @@ def run_demo(config: DemoConfig) -> dict:
             seed=config.seed,
         )
         clock.run("mining", lambda: mine(cohort / "manifest.jsonl", mined, mining, progress=config.progress))
+    return mined
 
-    common = [f"data.mined_dir={mined}", f"run.progress={str(config.progress).lower()}", f"run.seed={config.seed}"]
+
+def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
+    """The `tiny` recipe's overrides the demo trains `stage` with (paths under `config.out_dir`)."""
+    out = Path(config.out_dir)
+    models = out / "models"
+    stage1 = models / "stage1"
+    common = [
+        f"data.mined_dir={out / 'mined'}",
+        f"run.progress={str(config.progress).lower()}",
+        f"run.seed={config.seed}",
+        f"run.output_dir={models / stage}",
+    ]
     cache = f"data.tensor_cache_dir={out / 'cache'}"
     stages = {
         "stage1": [
@@ -173,10 +184,34 @@ def run_demo(config: DemoConfig) -> dict:
             "data.max_train_samples=null",
         ],
     }
-    for stage, overrides in stages.items():
-        if not _done(models / stage / "final"):
-            recipe = load_recipe("tiny", stage, [*common, f"run.output_dir={models / stage}", *overrides])
-            clock.run(stage, lambda stage=stage, recipe=recipe: train_stage(stage, recipe))
+    if stage not in stages:
+        raise ValueError(f"the demo has no stage {stage!r}; choose from {STAGES}")
+    return common + stages[stage]
+
+
+def train_demo_stage(config: DemoConfig, stage: str, clock: Stopwatch | None = None) -> Path:
+    """Train one stage of the demo (skipped when its final model exists; stage 2 and the reranker
+    need stage 1's); returns the folder of its final model."""
+    from ..training import load_recipe, train_stage
+
+    final = Path(config.out_dir) / "models" / stage / "final"
+    if not _done(final):
+        recipe = load_recipe("tiny", stage, stage_overrides(config, stage))
+        (clock or Stopwatch()).run(stage, lambda: train_stage(stage, recipe))
+    return final
+
+
+def run_demo(config: DemoConfig) -> dict:
+    """Run every step and write the outputs under `config.out_dir`; returns the metrics."""
+    from ..training.data import MinedData
+
+    out = Path(config.out_dir)
+    clock = Stopwatch()
+    started = time.perf_counter()
+    models = out / "models"
+    mined = prepare_data(config, clock)
+    for stage in STAGES:
+        train_demo_stage(config, stage, clock)
 
     data = MinedData(mined)
     metrics = clock.run("evaluation", lambda: evaluate_demo(config, data, models, out))
@@ -184,7 +219,7 @@ def run_demo(config: DemoConfig) -> dict:
     metrics["run"] = {
         "config": asdict(config),
         "mined": json.loads((mined / "summary.json").read_text()),
-        "models": {name: str(models / name / "final") for name in ("stage1", "reranker", "stage2")},
+        "models": {name: str(models / name / "final") for name in STAGES},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
     }
     from .report import write_report
@@ -328,4 +363,13 @@ def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | No
     }
 
 
-__all__ = ["DemoConfig", "evaluate_demo", "run_demo", "write_model_cards"]
+__all__ = [
+    "STAGES",
+    "DemoConfig",
+    "evaluate_demo",
+    "prepare_data",
+    "run_demo",
+    "stage_overrides",
+    "train_demo_stage",
+    "write_model_cards",
+]

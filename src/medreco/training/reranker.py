@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import set_seed
 
 from ..factory import create_model
 from ..modeling import MedReCoReranker, select_top_tokens
@@ -50,6 +51,7 @@ class RerankerPair:
 class RerankerTrainer:
     def __init__(self, config: RerankerTrainingConfig):
         self.config = config
+        set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.encoder = RetrievalEncoder.from_pretrained(
             config.retrieval_model, tensor_cache_dir=config.data.tensor_cache_dir
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, set_seed
 
 from ..data.ontology import Ontology
 from ..data.similarity import statement_key
@@ -84,6 +84,7 @@ class Stage1Trainer:
 
     def __init__(self, config: Stage1Config):
         self.config = config
+        set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.tokenizer = build_retrieval_model(
             config.model,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import SequentialSampler
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, set_seed
 
 from ..data.ontology import Ontology
 from ..data.vqa import longitudinal_questions
@@ -306,6 +306,7 @@ def _trainer_class():
 class Stage2Trainer:
     def __init__(self, config: Stage2Config):
         self.config = config
+        set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.processor = build_vlm(config, self.data)
 
