@@ -178,10 +178,11 @@ class RadGraphSimilarity(SimilarityMetric):
 SIMILARITY_METRICS = ("embedding", "agreement", "ratescore", "radgraph")
 
 
-def build_similarity_metric(name: str, text_encoder: str = "FremyCompany/BioLORD-2023") -> SimilarityMetric:
-    """A similarity metric by name (`SIMILARITY_METRICS`); `text_encoder` is the embedding metric's model."""
+def build_similarity_metric(name: str, text_encoder: str | None = None) -> SimilarityMetric:
+    """A similarity metric by name (`SIMILARITY_METRICS`); `text_encoder` is the embedding metric's
+    model (`EmbeddingSimilarity`'s default, BioLORD-2023, when None)."""
     if name == "embedding":
-        return EmbeddingSimilarity(text_encoder)
+        return EmbeddingSimilarity(text_encoder) if text_encoder else EmbeddingSimilarity()
     if name == "agreement":
         return AgreementSimilarity()
     if name == "ratescore":
