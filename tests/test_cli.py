@@ -35,3 +35,16 @@ def test_export_command(tmp_path, capsys):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_reranker.MedReCoReranker"
     assert (tmp_path / "out" / "modeling_reranker.py").exists()
+
+
+def test_compare_refuses_to_print_a_blank_answer(monkeypatch, capsys):
+    from medreco.comparison import ComparativeReader
+
+    class BlankReader:
+        def answer(self, *args, **kwargs):
+            return ""
+
+    monkeypatch.setattr(ComparativeReader, "from_pretrained", classmethod(lambda cls, folder: BlankReader()))
+    assert main(["compare", "a.png", "b.png", "--model", "runs/vlm", "--question", "Any change?"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "runs/vlm generated no text" in captured.err

@@ -295,6 +295,32 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
     assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
 
 
+def test_an_answer_is_text_even_from_a_model_that_would_end_its_turn_at_once(stage1_run, toy, tmp_path, capsys):
+    from medreco.comparison import ComparativeReader
+
+    _, stage1_out, _, _ = stage1_run
+    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path))
+    model, processor = trainer.model.eval(), trainer.processor
+    tokenizer = processor.tokenizer
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    special = set(tokenizer.all_special_ids)
+    assert end_of_turn in special and processor.image_token_id in special
+
+    def prefer_special_tokens(module, inputs, logits):  # a barely trained model's worst case
+        logits = logits.clone()
+        logits[..., sorted(special)] += 100.0
+        logits[..., end_of_turn] += 100.0
+        return logits
+
+    model.get_output_embeddings().register_forward_hook(prefer_special_tokens)
+    studies = trainer.data.studies
+    first, second = sorted(studies)[:2]
+    reader = ComparativeReader(model, processor)
+    answer = reader.answer(studies[first].image, studies[second].image, "Any change?", max_new_tokens=3)
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    assert answer and not set(ids) & special  # one word at least, and never a placeholder decoded to nothing
+
+
 def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_question_entity(
     stage1_run, toy, tmp_path, capsys
 ):

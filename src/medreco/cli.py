@@ -453,7 +453,13 @@ def _compare(args: argparse.Namespace) -> int:
     from .comparison import ComparativeReader
 
     reader = ComparativeReader.from_pretrained(args.model)
-    print(reader.answer(args.first, args.second, args.question, args.modality, tuple(args.labels), entity=args.entity))
+    answer = reader.answer(
+        args.first, args.second, args.question, args.modality, tuple(args.labels), entity=args.entity
+    )
+    if not answer:
+        print(f"medreco compare: the model at {args.model} generated no text (is it trained?)", file=sys.stderr)
+        return 1
+    print(answer)
     return 0
 
 

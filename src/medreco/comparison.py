@@ -65,12 +65,24 @@ class ComparativeReader:
             image_labels=list(labels),
         )
         inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
-        end_of_turn = self.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")  # answers end their turn
+        tokenizer = self.processor.tokenizer
+        end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")  # answers end their turn
+        # An answer is text: at least one token before the turn ends, and never a special token
+        # (image placeholders, entity tokens, padding), which decoding would drop silently.
+        never = sorted(set(tokenizer.all_special_ids) - {end_of_turn})
         generated = self.model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=end_of_turn
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=1,
+            suppress_tokens=never or None,
+            do_sample=False,
+            eos_token_id=end_of_turn,
         )
         new_tokens = generated[0, inputs["input_ids"].shape[1] :]
-        return self.processor.decode(new_tokens, skip_special_tokens=True).strip()
+        answer = self.processor.decode(new_tokens, skip_special_tokens=True).strip()
+        if not answer:
+            logger.warning("the model's answer is blank (%d whitespace tokens): is it trained?", len(new_tokens))
+        return answer
 
 
 __all__ = ["ComparativeReader"]
