@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import datasets
 import pytest
@@ -45,6 +46,28 @@ def test_mine_writes_datasets_without_leakage_and_resumes(cohort, tmp_path):
     }
 
 
+def test_mined_tables_find_their_images_from_any_directory_and_after_a_move(cohort, tmp_path, monkeypatch):
+    import shutil
+
+    from medreco.training.data import MinedData, TrainingDataError
+
+    project = tmp_path / "project"
+    shutil.copytree(cohort, project / "cohort")
+    monkeypatch.chdir(project)  # mined with a relative manifest path, as `medreco demo` does
+    mine(Path("cohort/manifest.jsonl"), Path("mined"), MiningConfig(**THRESHOLDS), progress=False)
+    stored = datasets.load_from_disk("mined/studies")["image"]
+    assert all(image.startswith("../cohort/") for image in stored)  # relative to the mined folder
+    for where in (project, tmp_path, project / "mined"):
+        monkeypatch.chdir(where)
+        data = MinedData(project / "mined")
+        assert len(data.studies) == 56 and all(Path(s.image).exists() for s in data.studies.values())
+    moved = shutil.move(project, tmp_path / "elsewhere")
+    assert len(MinedData(Path(moved) / "mined").studies) == 56
+    shutil.rmtree(Path(moved) / "cohort")
+    with pytest.raises(TrainingDataError, match="not found"):
+        MinedData(Path(moved) / "mined")
+
+
 def test_external_cohorts_never_reach_training(cohort, tmp_path):
     rows = [json.loads(line) for line in (cohort / "manifest.jsonl").read_text().splitlines()]
     for row in rows:
@@ -68,6 +91,23 @@ def test_parallel_decomposition_matches_serial(cohort, tmp_path):
     serial, _ = decompose_all(rows, tmp_path / "a.jsonl", workers=1, progress=False)
     parallel, _ = decompose_all(rows, tmp_path / "b.jsonl", workers=2, progress=False)
     assert serial == parallel
+
+
+def test_parallel_mining_from_an_unguarded_script_says_how_to_fix_it(cohort, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from medreco.data.mining import decompose_all, read_study_manifest\n"
+        f"rows = read_study_manifest(Path({str(cohort / 'manifest.jsonl')!r}))[:40]\n"
+        f"decompose_all(rows, Path({str(tmp_path / 'cache.jsonl')!r}), workers=2, progress=False)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("medreco.data.mining.MiningWorkerError") and "if __name__ == '__main__':" in last
 
 
 def test_interrupted_cache_line_is_ignored(cohort, tmp_path):

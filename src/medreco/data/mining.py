@@ -9,7 +9,8 @@ Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` 
 listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
 `manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
 
-    studies/       study_id, patient_id, modality, image, report, split, statements (entity_id -> status, text)
+    studies/       study_id, patient_id, modality, image (relative to the mined folder), report, split,
+                   statements (entity_id -> status, text)
     triplets/      anchor, positive, negative, entity_id, modality, split
     retrieval/     query, entity_id, modality, split, gallery, relevant, irrelevant (every split: train/validation
                    queries label the reranker's candidates and stage 1's in-batch negatives; test and
@@ -25,7 +26,9 @@ import csv
 import itertools
 import json
 import logging
+import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -46,6 +49,10 @@ REQUIRED_COLUMNS = ("image", "report", "patient_id", "modality")
 
 class ManifestError(MedReCoError, ValueError):
     """A manifest that cannot be read, names the file and the problem."""
+
+
+class MiningWorkerError(MedReCoError, RuntimeError):
+    """The processes decomposing reports in parallel died."""
 
 
 ENTITY_LEVELS = {"anatomy", "abnormal", "disease"}
@@ -139,11 +146,22 @@ def decompose_all(
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         with open(cache_file, "a") as handle:
             if workers > 1:
-                with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-                    results = pool.map(_decompose_one, todo, chunksize=16)
-                    for study_id, statements in tqdm(results, total=len(todo), desc="reports", disable=not progress):
-                        done[study_id] = statements
-                        handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                try:
+                    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                        results = pool.map(_decompose_one, todo, chunksize=16)
+                        for study_id, statements in tqdm(
+                            results, total=len(todo), desc="reports", disable=not progress
+                        ):
+                            done[study_id] = statements
+                            handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                except BrokenProcessPool:
+                    # spawned workers re-import the calling script; an unguarded script mines again in each
+                    raise MiningWorkerError(
+                        f"the {workers} report-decomposition workers died ({len(done)} reports kept in "
+                        f"{cache_file}). From a Python script, call mining under "
+                        "`if __name__ == '__main__':` (workers are spawned processes that import the script), "
+                        "or use workers=1."
+                    ) from None
             else:
                 for item in tqdm(todo, desc="reports", disable=not progress):
                     study_id, statements = _decompose_one(item)
@@ -184,7 +202,8 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     tables = {
         "studies": [
             {
-                **{k: r[k] for k in ("study_id", "patient_id", "modality", "image", "report")},
+                **{k: r[k] for k in ("study_id", "patient_id", "modality", "report")},
+                "image": image_path_beside(r["image"], out),
                 "split": studies[r["study_id"]].split,
                 "statements": json.dumps(raw[r["study_id"]]),
             }
@@ -212,6 +231,15 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def image_path_beside(image: str | Path, mined_dir: Path) -> str:
+    """`image` relative to the mined folder, so that the tables work from any working directory
+    and after moving the folder with its cohort (absolute when no relative path exists)."""
+    try:
+        return os.path.relpath(Path(image).resolve(), mined_dir.resolve())
+    except ValueError:  # another drive (Windows)
+        return str(Path(image).resolve())
 
 
 def split_studies(rows: list[dict], config: MiningConfig) -> dict[str, StudyInfo]:
@@ -315,6 +343,7 @@ def _save_atomically(dataset, target: Path) -> None:
 __all__ = [
     "ManifestError",
     "MiningConfig",
+    "MiningWorkerError",
     "comparative_vqa",
     "decompose_all",
     "longitudinal_labels",

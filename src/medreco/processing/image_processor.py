@@ -138,6 +138,8 @@ class MedReCoImageProcessor(BaseImageProcessor):
             tensor = preprocess_image(self.load(image), recipe, modality, self.pad_value)
             if cache is not None:
                 cache.put(key, tensor)
+                # the values every later read returns: a run sees the same input cold or warm
+                tensor = tensor.to(cache.dtype).float()
             return tensor
         if isinstance(image, MedicalImage):
             return preprocess_image(image, recipe, modality, self.pad_value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -66,7 +67,7 @@ class MinedData:
         for row in self._tables["studies"]:
             if keep is not None and row["modality"] not in keep:
                 continue
-            image = Path(row["image"])
+            image = self._image_path(row["image"])
             if not image.exists():
                 raise TrainingDataError(f"{image}: image of study {row['study_id']} not found (moved cohort?)")
             self.studies[row["study_id"]] = Study(
@@ -78,6 +79,15 @@ class MinedData:
                 row.get("report") or "",
                 json.loads(row["statements"]) if row.get("statements") else {},
             )
+
+    def _image_path(self, stored: str) -> Path:
+        """A study's image: `mine` stores paths relative to the mined folder. Tables mined by
+        earlier versions hold paths relative to the working directory of the time, tried second."""
+        image = Path(stored)
+        if image.is_absolute():
+            return image
+        beside = Path(os.path.normpath(self.directory.resolve() / image))
+        return beside if beside.exists() or not image.exists() else image
 
     def rows(self, table: str, split: str | None = None) -> list[dict]:
         """Rows of a table whose studies are all known (and of `split` when given)."""
