@@ -66,6 +66,13 @@ def test_mined_tables_find_their_images_from_any_directory_and_after_a_move(coho
     shutil.rmtree(Path(moved) / "cohort")
     with pytest.raises(TrainingDataError, match="not found"):
         MinedData(Path(moved) / "mined")
+    # an archive outside the mined folder's parent keeps absolute paths: moving the run leaves it found
+    mine(cohort / "manifest.jsonl", tmp_path / "runs" / "a" / "mined", MiningConfig(**THRESHOLDS), progress=False)
+    assert all(
+        Path(image).is_absolute() for image in datasets.load_from_disk(str(tmp_path / "runs/a/mined/studies"))["image"]
+    )
+    shutil.move(tmp_path / "runs" / "a", tmp_path / "b")
+    assert len(MinedData(tmp_path / "b" / "mined").studies) == 56
 
 
 def test_external_cohorts_never_reach_training(cohort, tmp_path):

@@ -9,7 +9,7 @@ Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` 
 listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
 `manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
 
-    studies/       study_id, patient_id, modality, image (relative to the mined folder), report, split,
+    studies/       study_id, patient_id, modality, image (see `image_path_beside`), report, split,
                    statements (entity_id -> status, text)
     triplets/      anchor, positive, negative, entity_id, modality, split
     retrieval/     query, entity_id, modality, split, gallery, relevant, irrelevant (every split: train/validation
@@ -234,12 +234,16 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
 
 
 def image_path_beside(image: str | Path, mined_dir: Path) -> str:
-    """`image` relative to the mined folder, so that the tables work from any working directory
-    and after moving the folder with its cohort (absolute when no relative path exists)."""
+    """Where the studies table records `image`: relative to the mined folder when the image lies
+    under the folder that holds it (a project folder with `cohort/` and `mined/`, which then works
+    from any working directory and after being moved whole); absolute otherwise (an archive
+    elsewhere stays where it is when the mined folder moves)."""
+    image = Path(image).resolve()
     try:
-        return os.path.relpath(Path(image).resolve(), mined_dir.resolve())
+        relative = os.path.relpath(image, mined_dir.resolve())
     except ValueError:  # another drive (Windows)
-        return str(Path(image).resolve())
+        return str(image)
+    return str(image) if relative.startswith(os.path.join(os.pardir, os.pardir)) else relative
 
 
 def split_studies(rows: list[dict], config: MiningConfig) -> dict[str, StudyInfo]:
