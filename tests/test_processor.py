@@ -195,6 +195,28 @@ def test_a_vocabulary_learned_from_conversations_round_trips_through_auto_proces
 
     with pytest.raises(ValueError, match="no text"):
         train_wordpiece_tokenizer(["", "  "])
+    with pytest.raises(ValueError, match="use at least"):
+        train_wordpiece_tokenizer(texts, vocab_size=20)
+
+
+def test_a_learned_vocabulary_is_the_same_every_time():
+    """The stage-2 vocabulary must not vary between runs (tokenizers' WordPieceTrainer did: ten
+    trainings on this corpus gave ten vocabularies), or no stage-2 run can be repeated."""
+    from medreco.processing import train_wordpiece_tokenizer
+
+    texts = [
+        f"The {w} nodule in the right upper lobe is {n} mm, {w}{n}."
+        for w in ("small", "new", "mild")
+        for n in range(20)
+    ]
+    vocabularies = {tuple(sorted(train_wordpiece_tokenizer(texts, 120).get_vocab().items())) for _ in range(5)}
+    assert len(vocabularies) == 1
+    vocabulary = dict(next(iter(vocabularies)))
+    assert len(vocabulary) == 120 and {"the", "nodule", "lobe", "##m"} <= vocabulary.keys()
+    # words by frequency, ties alphabetical, up to the budget; the rest are spelled in pieces
+    assert vocabulary["nodule"] < vocabulary["small"] < vocabulary["mild0"] and "small0" not in vocabulary
+    tokenizer = train_wordpiece_tokenizer(texts, 120)
+    assert tokenizer.tokenize("small0 mild0") == ["small", "##0", "mild0"]
 
 
 def random_vlm(processor, seed: int):

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,6 +18,7 @@ from medreco.data.similarity import (
     ReportSimilarity,
     SimilarityThresholds,
     build_similarity_metric,
+    statement_key,
 )
 from medreco.data.splits import assign_splits
 from medreco.data.supervision import StudyInfo, build_retrieval_benchmark, build_triplets
@@ -58,6 +63,33 @@ def test_agreement_compares_status_and_attributes():
     assert matrix.shape == (5, 5)
     assert np.array_equal(matrix, [[agreement.score([x], [y])[0] for y in second] for x in first])
     assert agreement.matrix([], second).shape == (0, 5)
+
+
+def test_a_statement_key_is_the_same_in_every_process():
+    """Statement keys group training statements by content. A frozenset's repr (lobes) follows the
+    process's string-hash seed, which split groups differently per run and made stage 1 differ
+    between processes with the same seed."""
+    texts = [
+        "Nodules in the right upper lobe, left lower lobe and right middle lobe, up to 8 mm.",
+        "Consolidation in the left upper lobe and the right lower lobe.",
+    ]
+    same_content = "Nodules in the right middle lobe, right upper lobe and left lower lobe, up to 8 mm."
+    assert statement_key("positive", texts[0]) == statement_key("positive", same_content)
+    program = (
+        "from medreco.data.similarity import statement_key; "
+        f"print([statement_key('positive', text) for text in {texts!r}])"
+    )
+    printed = {
+        subprocess.run(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(1, 7)
+    }
+    assert len(printed) == 1, printed
 
 
 def test_metrics_by_name_and_agreement_alone_labels_paraphrases_by_content():

@@ -44,8 +44,14 @@ class Attributes:
     change_cue: str | None = None
 
     def comparable(self) -> dict:
-        """The attributes that describe the finding itself (not its change)."""
-        return {k: v for k, v in vars(self).items() if k != "change_cue" and v not in (None, frozenset())}
+        """The attributes that describe the finding itself (not its change), as values whose repr
+        and order do not depend on string hashing: sets become sorted tuples (a frozenset's repr
+        follows PYTHONHASHSEED, which made statement grouping, and so training, differ per run)."""
+        return {
+            k: tuple(sorted(v)) if isinstance(v, frozenset) else v
+            for k, v in vars(self).items()
+            if k != "change_cue" and v not in (None, frozenset())
+        }
 
 
 def read_attributes(text: str) -> Attributes:

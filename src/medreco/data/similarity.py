@@ -115,7 +115,7 @@ def statement_key(status: str | MentionStatus, text: str) -> tuple:
     """What a statement says, as a hashable key: its mention status and, for positive mentions, the
     attributes its text states. "No pleural effusion." and "No effusion is seen." share a key."""
     status = MentionStatus(status)
-    return status.value, tuple(sorted((k, repr(v)) for k, v in _stated_attributes(status, text).items()))
+    return status.value, tuple(sorted(_stated_attributes(status, text).items()))
 
 
 def _agreement(x: tuple[MentionStatus, dict], y: tuple[MentionStatus, dict]) -> float:

@@ -100,7 +100,7 @@ def clinical_facts(text: str, modality: str, decomposer: RuleBasedDecomposer) ->
         facts.add((entity_id, "status", statement.status.value))
         if statement.status is MentionStatus.POSITIVE:
             for name, value in read_attributes(statement.text).comparable().items():
-                facts.add((entity_id, name, tuple(sorted(value)) if isinstance(value, frozenset) else value))
+                facts.add((entity_id, name, value))
     return facts
 
 

@@ -4,10 +4,16 @@ A language model built from a preset (the `tiny` recipe) has no vocabulary of it
 MiniLM's 30,522 word pieces made its output layer, and TRL's loss over it, about 95% of every
 stage-2 step on a CPU, although the training conversations use a few hundred distinct words. A
 vocabulary learned from those conversations keeps the output layer as small as the text needs.
-Pretrained language models keep their own tokenizer."""
+Pretrained language models keep their own tokenizer.
+
+The vocabulary is chosen here rather than by `tokenizers.trainers.WordPieceTrainer`: that trainer
+gives a different vocabulary on every call (hash-map order breaks its ties;
+huggingface/tokenizers#1794), so a stage-2 run could not be repeated. The tokenizer itself, its
+normalizer, pre-tokenizer, word-piece model and decoder, is the `tokenizers` one."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from transformers import PreTrainedTokenizerFast
@@ -19,25 +25,45 @@ SPECIAL_TOKENS = {
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
 }
+CONTINUATION = "##"
 
 
 def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
     """A lower-casing BERT-style word-piece tokenizer with at most `vocab_size` tokens, learned from
-    `texts`. Every character of the corpus is in the vocabulary, so words the corpus never spelled
-    out still tokenize (as pieces); characters it never used become `[UNK]`."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    `texts`, the same for the same texts: the special tokens, every character of the corpus (alone
+    and as a continuation piece), then the corpus's words by frequency (ties alphabetical) as far as
+    `vocab_size` allows. Words left out, or never seen, tokenize as pieces (the longest known
+    prefix, then characters); characters the corpus never used become `[UNK]`."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens")
-    tokenizer = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()))
-    texts = [text for text in texts if text and text.strip()]
-    if not texts:
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    counts = Counter(
+        word
+        for text in texts
+        if text and text.strip()
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    )
+    if not counts:
         raise ValueError("cannot learn a vocabulary from no text")
-    tokenizer.train_from_iterator(texts, trainer)
+    alphabet = sorted({character for word in counts for character in word})
+    vocabulary = [*SPECIAL_TOKENS.values(), *alphabet, *(CONTINUATION + c for c in alphabet)]
+    if len(vocabulary) > vocab_size:
+        raise ValueError(
+            f"vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens and the corpus's "
+            f"{len(alphabet)} characters (alone and as continuations); use at least {len(vocabulary)}"
+        )
+    known = set(vocabulary)
+    words = sorted((word for word in counts if word not in known), key=lambda word: (-counts[word], word))
+    vocabulary += words[: vocab_size - len(vocabulary)]
+    tokenizer = Tokenizer(
+        models.WordPiece(
+            {token: i for i, token in enumerate(vocabulary)},
+            unk_token=SPECIAL_TOKENS["unk_token"],
+            continuing_subword_prefix=CONTINUATION,
+        )
+    )
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS)
 
 
