@@ -42,6 +42,18 @@ def test_grouped_infonce_spreads_the_target_over_identical_texts():
     assert distinct.item() == pytest.approx(symmetric_infonce_loss(image, text, scale).item())
 
 
+def test_infonce_logits_stay_float32_under_bf16_autocast():
+    generator = torch.Generator().manual_seed(0)
+    image = torch.nn.functional.normalize(torch.randn(32, 128, generator=generator), dim=-1)
+    text = torch.nn.functional.normalize(image + 0.3 * torch.randn(32, 128, generator=generator), dim=-1)
+    scale = torch.tensor(math.log(100.0))  # CLIP's ceiling: logits near 100
+    exact = symmetric_infonce_loss(image, text, scale)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = symmetric_infonce_loss(image, text, scale)
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, exact, rtol=1e-5, atol=1e-5)  # bf16 logits: off by 1e-3
+
+
 def test_triplet_uses_hardest_negative():
     similarity = torch.tensor([[0.9, 0.5, 0.8]])
     relevance = torch.tensor([[1, 0, 0]])

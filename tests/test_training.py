@@ -40,24 +40,24 @@ def toy(tmp_path_factory) -> Path:
 
 
 def stage1_config(mined: Path, out: Path, *extra: str) -> Stage1Config:
-    return load_recipe(
-        "tiny",
-        "stage1",
-        [
-            f"data.mined_dir={mined}",
-            f"data.recipes={json.dumps(RECIPES)}",
-            f"run.output_dir={out}",
-            "run.progress=false",
-            "run.report_to=[tensorboard]",
-            "alignment.epochs=1",
-            "alignment.batch_size_2d=12",
-            "ranking.epochs=8",
-            "ranking.batch_size_2d=12",
-            "ranking.mixed_precision=no",
-            "alignment.mixed_precision=no",
-            *extra,
-        ],
-    )
+    return load_recipe("tiny", "stage1", stage1_overrides(mined, out, *extra))
+
+
+def stage1_overrides(mined: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        f"data.mined_dir={mined}",
+        f"data.recipes={json.dumps(RECIPES)}",
+        f"run.output_dir={out}",
+        "run.progress=false",
+        "run.report_to=[tensorboard]",
+        "alignment.epochs=1",
+        "alignment.batch_size_2d=12",
+        "ranking.epochs=8",
+        "ranking.batch_size_2d=12",
+        "ranking.mixed_precision=no",
+        "alignment.mixed_precision=no",
+        *extra,
+    ]
 
 
 def pair_auc(encoder_model, trainer: Stage1Trainer, split: str = "train") -> float:
@@ -179,13 +179,27 @@ def test_stage1_final_folder_loads_with_the_auto_classes(stage1_run):
 
 def test_a_seed_reproduces_a_stage1_run(toy, tmp_path):
     """`run.seed` fixes the model's initialisation as well as the batch order, whatever the process's
-    random state was before: one seed gives identical weights twice, another seed another model."""
+    random state was before, and in another process with another string-hash seed (set and dict
+    order of strings must not reach training): one seed gives identical weights twice, another
+    seed another model. Statement alignment is on, as in the demo."""
     weights = {}
-    for name, seed in (("first", 3), ("again", 3), ("other", 4)):
+    steps = (
+        "alignment.max_steps=2",
+        "ranking.max_steps=2",
+        "freeze_text_encoder=true",
+        "statement_alignment_weight=1.0",
+    )
+    for name, seed in (("first", 3), ("other", 4)):
         torch.manual_seed(len(weights))  # a different global state before each run
-        config = stage1_config(toy, tmp_path / name, f"run.seed={seed}", "alignment.max_steps=2", "ranking.max_steps=2")
-        Stage1Trainer(config).train()
+        Stage1Trainer(stage1_config(toy, tmp_path / name, f"run.seed={seed}", *steps)).train()
         weights[name] = load_file(tmp_path / name / "final" / "model.safetensors")
+    overrides = stage1_overrides(toy, tmp_path / "again", "run.seed=3", *steps)
+    command = [sys.executable, "-m", "medreco", "train", "stage1", "--config", "tiny"]
+    command += [argument for override in overrides for argument in ("--set", override)]
+    hash_seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
+    result = subprocess.run(command, env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    weights["again"] = load_file(tmp_path / "again" / "final" / "model.safetensors")
     assert weights["first"].keys() == weights["again"].keys()
     assert all(torch.equal(tensor, weights["again"][key]) for key, tensor in weights["first"].items())
     assert not all(torch.equal(tensor, weights["other"][key]) for key, tensor in weights["first"].items())

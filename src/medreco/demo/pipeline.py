@@ -73,8 +73,8 @@ class DemoConfig:
 
 FULL = {
     "patients": 400,
-    "alignment_steps": 3000,
-    "stage1_steps": 2000,
+    "alignment_steps": 4500,
+    "stage1_steps": 3000,
     "reranker_steps": 150,
     "stage2_steps": 700,
     "stage2_batch_size": 16,
@@ -156,7 +156,7 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
         "stage1": [
             # A from-scratch vision encoder needs thousands of steps of dense supervision before it
             # sees the findings; with the text backbone frozen each report is encoded once, so
-            # alignment steps cost the vision side only and 3000 of them fit in the time budget.
+            # alignment steps cost the vision side only and 4500 of them fit in the time budget.
             "freeze_text_encoder=true",
             # each study's entity statements align with its entity-conditioned features during the
             # warm-up (not in the paper): the conditioner learns every finding the reports describe

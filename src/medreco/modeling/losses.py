@@ -23,7 +23,9 @@ def symmetric_infonce_loss(
     effusion." across many images); each row's target is then spread evenly over its group instead
     of calling its duplicates negatives (the soft labels of CLIP-clinic, section 4.2, reduced to
     identical content)."""
-    logits = logit_scale.exp() * image_embeds @ text_embeds.t()
+    # in float32 even under autocast: a bf16 cosine near 1 moves in steps of 1/256, 0.4 at a logit scale of 100
+    with torch.autocast(image_embeds.device.type, enabled=False):
+        logits = logit_scale.exp().float() * (image_embeds.float() @ text_embeds.float().t())
     if groups is None:
         targets = torch.arange(logits.shape[0], device=logits.device)
     else:
