@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +204,19 @@ def test_a_seed_reproduces_a_stage1_run(toy, tmp_path):
     assert weights["first"].keys() == weights["again"].keys()
     assert all(torch.equal(tensor, weights["again"][key]) for key, tensor in weights["first"].items())
     assert not all(torch.equal(tensor, weights["other"][key]) for key, tensor in weights["first"].items())
+
+
+def test_gradient_checkpointing_in_a_recipe_checkpoints_the_model(toy, tmp_path):
+    """`gradient_checkpointing: true` (the paper recipe's setting) reaches the model through
+    transformers 5's `activation_checkpointing_enable`, not its deprecated alias."""
+    steps = ("alignment.max_steps=1", "ranking.max_steps=1")
+    checkpointing = ("alignment.gradient_checkpointing=true", "ranking.gradient_checkpointing=true")
+    trainer = Stage1Trainer(stage1_config(toy, tmp_path, *steps, *checkpointing))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert trainer.model.is_activation_checkpointing
+    assert not [w for w in caught if "gradient_checkpointing_enable" in str(w.message)]
 
 
 def test_a_finished_run_is_not_trained_again(stage1_run, toy):

@@ -154,8 +154,8 @@ def train_phase(
     if steps_per_epoch == 0:
         raise ValueError(f"{phase.name}: not one full batch per process; lower the batch sizes or add data")
     steps = total_steps(optimization, steps_per_epoch)
-    if optimization.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable()
+    if optimization.gradient_checkpointing and hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable()  # transformers 5's name; gradient_checkpointing_enable goes in v6
     optimizer = torch.optim.AdamW(
         parameter_groups(model, optimization.weight_decay, learning_rates), lr=optimization.learning_rate
     )
