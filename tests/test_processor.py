@@ -209,14 +209,14 @@ def test_a_learned_vocabulary_is_the_same_every_time():
         for w in ("small", "new", "mild")
         for n in range(20)
     ]
-    vocabularies = {tuple(sorted(train_wordpiece_tokenizer(texts, 120).get_vocab().items())) for _ in range(5)}
+    tokenizers = [train_wordpiece_tokenizer(texts, 120) for _ in range(5)]
+    vocabularies = {tuple(sorted(tokenizer.get_vocab().items())) for tokenizer in tokenizers}
     assert len(vocabularies) == 1
     vocabulary = dict(next(iter(vocabularies)))
     assert len(vocabulary) == 120 and {"the", "nodule", "lobe", "##m"} <= vocabulary.keys()
     # words by frequency, ties alphabetical, up to the budget; the rest are spelled in pieces
     assert vocabulary["nodule"] < vocabulary["small"] < vocabulary["mild0"] and "small0" not in vocabulary
-    tokenizer = train_wordpiece_tokenizer(texts, 120)
-    assert tokenizer.tokenize("small0 mild0") == ["small", "##0", "mild0"]
+    assert tokenizers[0].tokenize("small0 mild0") == ["small", "##0", "mild0"]
 
 
 def random_vlm(processor, seed: int):

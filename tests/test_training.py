@@ -55,8 +55,6 @@ def stage1_overrides(mined: Path, out: Path, *extra: str) -> list[str]:
         "alignment.batch_size_2d=12",
         "ranking.epochs=8",
         "ranking.batch_size_2d=12",
-        "ranking.mixed_precision=no",
-        "alignment.mixed_precision=no",
         *extra,
     ]
 
@@ -259,7 +257,6 @@ def test_reranker_trains_on_the_coarse_models_candidates(stage1_run, toy, tmp_pa
             "candidates_per_query=30",  # the coarse model is near perfect on the toy: take most of the gallery
             "optimization.epochs=6",
             "optimization.batch_size_2d=16",
-            "optimization.mixed_precision=no",
         ],
     )
     torch.manual_seed(0)
@@ -295,7 +292,6 @@ def stage2_config(toy: Path, vision: Path, out: Path, *extra: str) -> Stage2Conf
             "run.report_to=[]",
             "run.log_every=1",
             "optimization.batch_size_2d=4",
-            "optimization.mixed_precision=no",
             "data.max_train_samples=24",
             *extra,
         ],
