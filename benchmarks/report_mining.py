@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from medreco.data.decomposition import RuleBasedDecomposer
-from medreco.data.mining_benchmark import score_change_labels, score_decomposition
+from medreco.data.mining.benchmark import score_change_labels, score_decomposition
 from medreco.data.phantom import PhantomConfig, generate_cohort
+from medreco.data.reports.decomposition import RuleBasedDecomposer
 
 
 def vqa_statistics(decomposer, cohort: str, pairs_per_modality: int = 1500) -> dict:
@@ -22,8 +22,8 @@ def vqa_statistics(decomposer, cohort: str, pairs_per_modality: int = 1500) -> d
     import itertools
     from collections import Counter
 
+    from medreco.data.mining.vqa import filter_vqa, vqa_over_pairs
     from medreco.data.phantom import read_manifest
-    from medreco.data.vqa import filter_vqa, vqa_over_pairs
 
     records = read_manifest(cohort)
     statements = {r.study_id: decomposer.decompose(r.report, r.modality).statements for r in records}

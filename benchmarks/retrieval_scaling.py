@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from medreco.retrieval.index import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_NEIGHBOURS, ExactSearch
+from medreco.inference.index import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_NEIGHBOURS, ExactSearch
 
 
 def percentile_ms(samples: list[float], q: float) -> float:
@@ -105,8 +105,8 @@ def bench_new_entity(studies: int) -> None:
 
     import medreco
     from medreco.factory import bundled_text_encoder_path
+    from medreco.inference import RetrievalEncoder
     from medreco.processing import MedReCoImageProcessor
-    from medreco.retrieval import RetrievalEncoder
 
     model = medreco.create_model("retrieval", "tiny")
     encoder = RetrievalEncoder(

@@ -68,3 +68,25 @@ def main_output(model, outputs) -> torch.Tensor:
         if value is not None:
             return value
     raise AssertionError("no main output")
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory):
+    """The toy mined folder (toy_mined.py), written once for every test that trains on it."""
+    from toy_mined import write_toy_mined
+
+    return write_toy_mined(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session")
+def stage1_run(toy, tmp_path_factory):
+    """A tiny stage-1 model trained once on the toy: (trainer, output folder, summaries, pair AUC before)."""
+    from medreco.training.stage1 import Stage1Trainer
+    from toy_training import pair_auc, stage1_config
+
+    out = tmp_path_factory.mktemp("stage1")
+    torch.manual_seed(0)
+    trainer = Stage1Trainer(stage1_config(toy, out))
+    before = pair_auc(trainer.model, trainer)
+    summaries = trainer.train()
+    return trainer, out, summaries, before

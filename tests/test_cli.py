@@ -38,7 +38,7 @@ def test_export_command(tmp_path, capsys):
 
 
 def test_compare_refuses_to_print_a_blank_answer(monkeypatch, capsys):
-    from medreco.comparison import ComparativeReader
+    from medreco.inference import ComparativeReader
 
     class BlankReader:
         def answer(self, *args, **kwargs):

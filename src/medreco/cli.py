@@ -1,4 +1,8 @@
-"""The `medreco` command line. Each sub-command is one small function over the Python API."""
+"""The `medreco` command line: it parses and dispatches, the work is the Python API's.
+
+Each sub-command is a pair of small functions, `_<name>_arguments(parser)` declaring its options and
+`_<name>(args)` calling the API and printing the result; `COMMANDS` lists them in help order. A
+failure a user can cause exits with status 2 and one line naming the file and the problem."""
 
 from __future__ import annotations
 
@@ -6,7 +10,14 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+
+# ------------------------------------------------------------------ models
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=["paper", "tiny"], help="only this size (default: all)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -28,6 +39,11 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="folder written by save_pretrained")
+    parser.add_argument("--out", required=True, help="destination folder")
+
+
 def _export(args: argparse.Namespace) -> int:
     """Re-save a checkpoint with its code for `trust_remote_code=True` loading."""
     from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
@@ -36,15 +52,20 @@ def _export(args: argparse.Namespace) -> int:
 
     config = AutoConfig.from_pretrained(args.checkpoint)
     auto = AutoModelForImageTextToText if config.model_type == "medreco_vlm" else AutoModel
-    model = auto.from_pretrained(args.checkpoint)
-    print(export_for_remote_code(model, args.out))
+    print(export_for_remote_code(auto.from_pretrained(args.checkpoint), args.out))
     return 0
+
+
+# ------------------------------------------------------------------ images
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path")
+    parser.add_argument("--series", type=int, help="series number, in a folder with several series")
+    parser.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
+    parser.add_argument("--json", action="store_true")
 
 
 def _inspect(args: argparse.Namespace) -> int:
     """What a file or folder holds: modality, shape, spacing, orientation, series, warnings."""
-    from pathlib import Path
-
     from .processing import ReaderOptions, list_dicom_series, load_image
 
     path = Path(args.path)
@@ -76,39 +97,49 @@ def _print_report(report: dict, as_json: bool) -> int:
     return 0
 
 
+def _preprocess_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path")
+    parser.add_argument("--modality", required=True, help="modality family, e.g. chest_ct or chest_xray")
+    parser.add_argument("--out", required=True, help="output .safetensors file")
+    parser.add_argument("--series", type=int)
+    parser.add_argument("--volume-index", type=int)
+    parser.add_argument("--nan-policy", choices=["raise", "zero"], default="raise")
+
+
 def _preprocess(args: argparse.Namespace) -> int:
     """The model-ready tensor of one input, as safetensors with key `pixel_values`."""
-    from safetensors.torch import save_file
+    from .processing import ReaderOptions, write_model_input
 
-    from .atomic import atomic_path
-    from .processing import MedReCoImageProcessor, ReaderOptions, load_image
-
-    processor = MedReCoImageProcessor()
-    image = load_image(
-        args.path, ReaderOptions(series=args.series, volume_index=args.volume_index, nan_policy=args.nan_policy)
-    )
-    tensor = processor.preprocess_one(image, args.modality)
-    out = Path(args.out)
-    metadata = {"modality": args.modality, "modality_id": str(processor.modality_id(args.modality))}
-    with atomic_path(out) as temporary:
-        save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
-    print(f"{out}: pixel_values {tuple(tensor.shape)}")
+    options = ReaderOptions(series=args.series, volume_index=args.volume_index, nan_policy=args.nan_policy)
+    tensor = write_model_input(args.path, args.modality, args.out, options)
+    print(f"{args.out}: pixel_values {tuple(tensor.shape)}")
     return 0
+
+
+def _deidentify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="a DICOM file or a folder")
+    parser.add_argument("destination", help="output file or folder")
+    parser.add_argument("--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable")
 
 
 def _deidentify(args: argparse.Namespace) -> int:
     """Copy DICOM files with identifying attributes removed and UIDs pseudonymised."""
-    from pathlib import Path
+    from .processing import deidentify_tree
 
-    from .processing import deidentify_file
-
-    source, destination = Path(args.source), Path(args.destination)
-    files = [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else [source]
-    for file in files:
-        target = destination / file.relative_to(source) if source.is_dir() else destination
-        deidentify_file(file, target, salt=args.salt)
-    print(f"{len(files)} file(s) written under {destination}")
+    count = deidentify_tree(args.source, args.destination, salt=args.salt)
+    print(f"{count} file(s) written under {args.destination}")
     return 0
+
+
+# ------------------------------------------------------------------ data
+def _phantom_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--patients", type=int, default=20)
+    parser.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
+    parser.add_argument("--modalities", default="chest_xray,chest_ct")
+    parser.add_argument("--size", choices=["tiny", "small", "paper"], default="small")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _phantom(args: argparse.Namespace) -> int:
@@ -127,12 +158,18 @@ def _phantom(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entities_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--modality", help="a modality (chest_ct) or family (CT)")
+    parser.add_argument("--level", choices=["anatomy", "abnormal", "disease"])
+    parser.add_argument("--extra", help="a JSON file extending the vocabulary")
+    parser.add_argument("--json", action="store_true")
+
+
 def _entities(args: argparse.Namespace) -> int:
     """The entity vocabulary, optionally for one modality and level."""
-    from .data.ontology import Ontology
+    from .data.reports.ontology import Ontology
 
-    ontology = Ontology.load(args.extra)
-    entities = ontology.entities(args.modality, args.level)
+    entities = Ontology.load(args.extra).entities(args.modality, args.level)
     if args.json:
         print(json.dumps([{**vars(e), "synonyms": list(e.synonyms)} for e in entities], indent=2))
         return 0
@@ -143,22 +180,52 @@ def _entities(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "manifest", help="CSV/JSONL with image, report, patient_id, modality (e.g. a cohort's manifest.jsonl)"
+    )
+    parser.add_argument("--out", required=True, help="output folder (resumes an interrupted run)")
+    parser.add_argument("--workers", type=int, default=1, help="processes for report decomposition")
+    parser.add_argument(
+        "--metrics",
+        default="embedding,agreement",
+        help="report-similarity metrics that must all agree to label a pair: embedding, agreement, ratescore, radgraph",
+    )
+    parser.add_argument("--text-encoder", default="bundled:minilm", help="embedding model for report similarity")
+    parser.add_argument("--positive-threshold", default="0.9", help="0.9, or per metric: embedding=0.8,agreement=0.99")
+    parser.add_argument("--negative-threshold", default="0.3", help="0.3, or per metric")
+    parser.add_argument(
+        "--levels",
+        default="abnormal,disease",
+        help="entity levels to mine: anatomy, abnormal, disease (comma-separated)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true")
+
+
 def _mine(args: argparse.Namespace) -> int:
     """Supervision datasets (triplets, retrieval, longitudinal labels, VQA) from a study manifest."""
     from .data.mining import MiningConfig, mine
 
     config = MiningConfig(
         workers=args.workers,
-        metrics=tuple(name.strip() for name in args.metrics.split(",") if name.strip()),
+        metrics=_names(args.metrics),
         text_encoder=args.text_encoder,
         positive_threshold=_thresholds(args.positive_threshold),
         negative_threshold=_thresholds(args.negative_threshold),
-        levels=tuple(level.strip() for level in args.levels.split(",") if level.strip()),
+        levels=_names(args.levels),
         seed=args.seed,
     )
-    summary = mine(args.manifest, args.out, config, progress=not args.quiet)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(mine(args.manifest, args.out, config, progress=not args.quiet), indent=2))
     return 0
+
+
+def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
+    parser.add_argument("root", help="the dataset's root folder")
+    parser.add_argument("--out", required=True, help="manifest .jsonl to write")
+    parser.add_argument("--metadata", help="MIMIC-CXR metadata CSV (view positions, study dates)")
+    parser.add_argument("--reports", help="CT-RATE reports CSV")
 
 
 def _manifest(args: argparse.Namespace) -> int:
@@ -171,201 +238,20 @@ def _manifest(args: argparse.Namespace) -> int:
         if not args.reports:
             raise ValueError("ct-rate needs --reports (the reports CSV)")
         rows = adapters.ct_rate(args.root, args.reports)
-    count = adapters.write_manifest(rows, args.out)
-    print(f"{count} studies written to {args.out}")
+    print(f"{adapters.write_manifest(rows, args.out)} studies written to {args.out}")
     return 0
 
 
-def _thresholds(text: str) -> float | dict[str, float]:
-    """ "0.9" for every metric, or "embedding=0.8,agreement=0.99" per metric."""
-    if "=" not in text:
-        return float(text)
-    return {name.strip(): float(value) for name, value in (item.split("=") for item in text.split(","))}
-
-
-def _human(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
-    return str(n)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="medreco", description="Comparative reasoning in radiology.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    info = commands.add_parser("info", help="parameter counts of each model (total and active per modality)")
-    info.add_argument("--preset", choices=["paper", "tiny"], help="only this size (default: all)")
-    info.add_argument("--json", action="store_true", help="machine-readable output")
-    info.set_defaults(handler=_info)
-
-    export = commands.add_parser("export", help="save a checkpoint with its code for trust_remote_code loading")
-    export.add_argument("checkpoint", help="folder written by save_pretrained")
-    export.add_argument("--out", required=True, help="destination folder")
-    export.set_defaults(handler=_export)
-
-    inspect = commands.add_parser("inspect", help="describe a DICOM file or folder, NIfTI or PNG/JPEG")
-    inspect.add_argument("path")
-    inspect.add_argument("--series", type=int, help="series number, in a folder with several series")
-    inspect.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
-    inspect.add_argument("--json", action="store_true")
-    inspect.set_defaults(handler=_inspect)
-
-    preprocess = commands.add_parser("preprocess", help="write the model-ready tensor of an image (safetensors)")
-    preprocess.add_argument("path")
-    preprocess.add_argument("--modality", required=True, help="modality family, e.g. chest_ct or chest_xray")
-    preprocess.add_argument("--out", required=True, help="output .safetensors file")
-    preprocess.add_argument("--series", type=int)
-    preprocess.add_argument("--volume-index", type=int)
-    preprocess.add_argument("--nan-policy", choices=["raise", "zero"], default="raise")
-    preprocess.set_defaults(handler=_preprocess)
-
-    deidentify = commands.add_parser("deidentify", help="copy DICOM files without identifying attributes")
-    deidentify.add_argument("source", help="a DICOM file or a folder")
-    deidentify.add_argument("destination", help="output file or folder")
-    deidentify.add_argument("--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable")
-    deidentify.set_defaults(handler=_deidentify)
-
-    phantom = commands.add_parser("phantom", help="write the synthetic cohort: DICOM/NIfTI/PNG studies and reports")
-    phantom.add_argument("--out", required=True, help="output folder")
-    phantom.add_argument("--patients", type=int, default=20)
-    phantom.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
-    phantom.add_argument("--modalities", default="chest_xray,chest_ct")
-    phantom.add_argument("--size", choices=["tiny", "small", "paper"], default="small")
-    phantom.add_argument("--seed", type=int, default=0)
-    phantom.add_argument("--quiet", action="store_true", help="no progress bar")
-    phantom.set_defaults(handler=_phantom)
-
-    entities = commands.add_parser("entities", help="list the clinical entity vocabulary")
-    entities.add_argument("--modality", help="a modality (chest_ct) or family (CT)")
-    entities.add_argument("--level", choices=["anatomy", "abnormal", "disease"])
-    entities.add_argument("--extra", help="a JSON file extending the vocabulary")
-    entities.add_argument("--json", action="store_true")
-    entities.set_defaults(handler=_entities)
-
-    mine = commands.add_parser("mine", help="mine supervision datasets from a manifest of studies and reports")
-    mine.add_argument(
-        "manifest", help="CSV/JSONL with image, report, patient_id, modality (e.g. a cohort's manifest.jsonl)"
-    )
-    mine.add_argument("--out", required=True, help="output folder (resumes an interrupted run)")
-    mine.add_argument("--workers", type=int, default=1, help="processes for report decomposition")
-    mine.add_argument(
-        "--metrics",
-        default="embedding,agreement",
-        help="report-similarity metrics that must all agree to label a pair: embedding, agreement, ratescore, radgraph",
-    )
-    mine.add_argument("--text-encoder", default="bundled:minilm", help="embedding model for report similarity")
-    mine.add_argument("--positive-threshold", default="0.9", help="0.9, or per metric: embedding=0.8,agreement=0.99")
-    mine.add_argument("--negative-threshold", default="0.3", help="0.3, or per metric")
-    mine.add_argument(
-        "--levels",
-        default="abnormal,disease",
-        help="entity levels to mine: anatomy, abnormal, disease (comma-separated)",
-    )
-    mine.add_argument("--seed", type=int, default=0)
-    mine.add_argument("--quiet", action="store_true")
-    mine.set_defaults(handler=_mine)
-
-    train = commands.add_parser("train", help="train stage 1, the reranker or stage 2 from a YAML recipe")
-    train.add_argument("stage", choices=["stage1", "reranker", "stage2"])
-    train.add_argument("--config", required=True, help="recipe file, or a built-in recipe: tiny, paper")
-    train.add_argument("--mined", help="mined data folder (sets data.mined_dir)")
-    train.add_argument("--out", help="output folder (sets run.output_dir)")
-    train.add_argument("--deepspeed", help="DeepSpeed JSON config (sets run.deepspeed_config)")
-    train.add_argument(
+# ------------------------------------------------------------------ training
+def _train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stage", choices=["stage1", "reranker", "stage2"])
+    parser.add_argument("--config", required=True, help="recipe file, or a built-in recipe: tiny, demo, paper")
+    parser.add_argument("--mined", help="mined data folder (sets data.mined_dir)")
+    parser.add_argument("--out", help="output folder (sets run.output_dir)")
+    parser.add_argument("--deepspeed", help="DeepSpeed JSON config (sets run.deepspeed_config)")
+    parser.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a recipe value, e.g. ranking.epochs=2"
     )
-    train.set_defaults(handler=_train)
-
-    index = commands.add_parser("index", help="encode an archive into a gallery index (resumable)")
-    index.add_argument("--model", required=True, help="stage-1 output folder (model, tokenizer, image processor)")
-    source = index.add_mutually_exclusive_group(required=True)
-    source.add_argument("--mined", help="mined folder: index its studies")
-    source.add_argument("--manifest", help="CSV/JSONL with image, modality (and study_id)")
-    index.add_argument("--split", help="with --mined: only this split")
-    index.add_argument("--entity", action="append", help="precompute this entity's embeddings (repeatable)")
-    index.add_argument("--out", required=True, help="index folder")
-    index.add_argument("--quiet", action="store_true")
-    index.set_defaults(handler=_index)
-
-    search = commands.add_parser("search", help="rank an index for a query study under an entity")
-    search.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
-    search.add_argument("--index", required=True)
-    search.add_argument("--model", required=True, help="the stage-1 model the index was built with")
-    search.add_argument("--modality", required=True)
-    search.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
-    search.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
-    search.add_argument("--top-k", type=int, default=5)
-    search.add_argument("--rerank-top", type=int, default=20)
-    search.add_argument("--fusion-weight", type=float, default=0.5)
-    search.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
-    search.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
-    search.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
-    search.add_argument("--json", action="store_true")
-    search.set_defaults(handler=_search)
-
-    compare = commands.add_parser("compare", help="the comparative VLM's answer about two studies")
-    compare.add_argument("first", help="prior (or query) study")
-    compare.add_argument("second", help="current (or reference) study")
-    compare.add_argument("--model", required=True, help="stage-2 output folder")
-    compare.add_argument("--question", required=True)
-    compare.add_argument("--modality", default="chest_xray")
-    compare.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
-    compare.add_argument(
-        "--entity",
-        help="the finding the question is about, for a VLM with entity tokens (default: the one the question names)",
-    )
-    compare.set_defaults(handler=_compare)
-
-    evaluate = commands.add_parser("evaluate", help="retrieval Recall@k/NDCG: entity, entity+rerank, holistic")
-    evaluate.add_argument("--model", required=True)
-    evaluate.add_argument("--mined", required=True)
-    evaluate.add_argument("--reranker")
-    evaluate.add_argument("--split", default="test")
-    evaluate.add_argument("--rerank-top", type=int, default=10)
-    evaluate.add_argument(
-        "--clip-model",
-        action="append",
-        default=[],
-        metavar="NAME_OR_PATH",
-        help="also rank with a CLIP-style model's whole-image similarity (repeatable)",
-    )
-    evaluate.add_argument("--out", help="write the per-query results and summary (JSON)")
-    evaluate.add_argument("--quiet", action="store_true")
-    evaluate.set_defaults(handler=_evaluate)
-
-    benchmark = commands.add_parser(
-        "benchmark", help="a public paired-image benchmark: MMXU, MS-CXR-T, Medical-Diff-VQA"
-    )
-    benchmark.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
-    benchmark.add_argument("--model", required=True, help="stage-2 output folder")
-    benchmark.add_argument(
-        "--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv"
-    )
-    benchmark.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
-    benchmark.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
-    benchmark.add_argument("--split", default="test", help="Medical-Diff-VQA split")
-    benchmark.add_argument("--out", help="write the results (JSON)")
-    benchmark.add_argument("--quiet", action="store_true")
-    benchmark.set_defaults(handler=_benchmark)
-
-    demo = commands.add_parser("demo", help="the whole system on the synthetic cohort: train, evaluate, report")
-    demo.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
-    demo.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
-    demo.add_argument("--patients", type=int, help="synthetic patients (default 400; quick 40)")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--quiet", action="store_true", help="no progress bars")
-    demo.set_defaults(handler=_demo)
-
-    manifest = commands.add_parser("manifest", help="write a mining manifest from MIMIC-CXR or CT-RATE")
-    manifest.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
-    manifest.add_argument("root", help="the dataset's root folder")
-    manifest.add_argument("--out", required=True, help="manifest .jsonl to write")
-    manifest.add_argument("--metadata", help="MIMIC-CXR metadata CSV (view positions, study dates)")
-    manifest.add_argument("--reports", help="CT-RATE reports CSV")
-    manifest.set_defaults(handler=_manifest)
-    return parser
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -373,58 +259,68 @@ def _train(args: argparse.Namespace) -> int:
     from .training import load_recipe, train_stage
 
     overrides = list(args.set or [])
-    if args.mined:
-        overrides.append(f"data.mined_dir={args.mined}")
-    if args.out:
-        overrides.append(f"run.output_dir={args.out}")
+    for key, value in (("data.mined_dir", args.mined), ("run.output_dir", args.out)):
+        if value:
+            overrides.append(f"{key}={value}")
     if args.deepspeed:
         overrides.append(f"run.deepspeed_config={args.deepspeed}")
-    config = load_recipe(args.config, args.stage, overrides)
-    summary = train_stage(args.stage, config)
+    summary = train_stage(args.stage, load_recipe(args.config, args.stage, overrides))
     print(json.dumps(summary, indent=2))
     return 0
 
 
+# ------------------------------------------------------------------ inference
+def _index_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="stage-1 output folder (model, tokenizer, image processor)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mined", help="mined folder: index its studies")
+    source.add_argument("--manifest", help="CSV/JSONL with image, modality (and study_id)")
+    parser.add_argument("--split", help="with --mined: only this split")
+    parser.add_argument("--entity", action="append", help="precompute this entity's embeddings (repeatable)")
+    parser.add_argument("--out", required=True, help="index folder")
+    parser.add_argument("--quiet", action="store_true")
+
+
 def _index(args: argparse.Namespace) -> int:
     """Encode an archive (mined studies or a manifest) into a gallery index; resumes if interrupted."""
-    from .data.mining import read_study_manifest
-    from .retrieval import GalleryIndex, RetrievalEncoder
-    from .training.data import MinedData
+    from .data.mining import MinedData, read_study_manifest
+    from .inference import index_archive
 
-    encoder = RetrievalEncoder.from_pretrained(args.model)
     if args.mined:
-        data = MinedData(args.mined)
-        rows = [vars(s) for s in data.studies.values() if args.split in (None, s.split)]
+        studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
     else:
-        rows = read_study_manifest(args.manifest)
-    if not rows:
+        studies = read_study_manifest(args.manifest)
+    if not studies:
         raise ValueError("no studies to index (check --split)")
-    index = GalleryIndex(args.out, encoder)
-    ids = [r.get("study_id") or Path(r["image"]).stem for r in rows]
-    added = index.add(ids, [r["image"] for r in rows], [r["modality"] for r in rows], progress=not args.quiet)
-    for modality in index.modalities():
-        for entity in [None, *(args.entity or [])]:
-            index.entity_features(modality, entity)
-    print(json.dumps({"added": added, "studies": {m: len(index.study_ids(m)) for m in index.modalities()}}))
+    print(json.dumps(index_archive(args.model, args.out, studies, args.entity or (), progress=not args.quiet)))
     return 0
+
+
+def _search_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--model", required=True, help="the stage-1 model the index was built with")
+    parser.add_argument("--modality", required=True)
+    parser.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
+    parser.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--rerank-top", type=int, default=20)
+    parser.add_argument("--fusion-weight", type=float, default=0.5)
+    parser.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
+    parser.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
+    parser.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
+    parser.add_argument("--json", action="store_true")
 
 
 def _search(args: argparse.Namespace) -> int:
     """Rank an index for a query study under an entity (or whole-image), optionally reranked."""
-    from .retrieval import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher, plot_montage
+    from .inference import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher
 
     encoder = RetrievalEncoder.from_pretrained(args.model)
     reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
     searcher = Searcher(GalleryIndex(args.index, encoder), reranker, args.fusion_weight)
-    hits, extras = searcher.search(
-        args.query,
-        args.modality,
-        args.entity,
-        args.top_k,
-        args.rerank_top,
-        args.approximate,
-        exclude=set(args.exclude or []),
-    )
+    search = (args.query, args.modality, args.entity, args.top_k, args.rerank_top, args.approximate)
+    hits, extras = searcher.search(*search, exclude=set(args.exclude or []))
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], indent=2))
     else:
@@ -433,24 +329,27 @@ def _search(args: argparse.Namespace) -> int:
             probability = "-" if h.reranker_probability is None else f"{h.reranker_probability:.3f}"
             print(f"{h.rank:>4}  {h.study_id:<20} {h.cosine:>7.3f} {probability:>8} {h.fused:>6.3f}")
     if args.plot:
-        processor = encoder.image_processor
-        plot_montage(
-            processor.preprocess_one(args.query, args.modality),
-            extras["query_attention"],
-            hits,
-            [processor.preprocess_one(h.image, args.modality) for h in hits],
-            extras["hit_attention"],
-            encoder.model.config.vision_config.patch_size,
-            args.plot,
-            title=f"{args.entity or 'whole image'}",
-        )
+        searcher.plot(args.query, args.modality, hits, extras, args.plot, title=args.entity or "whole image")
         print(f"montage written to {args.plot}")
     return 0
 
 
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("first", help="prior (or query) study")
+    parser.add_argument("second", help="current (or reference) study")
+    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--question", required=True)
+    parser.add_argument("--modality", default="chest_xray")
+    parser.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
+    parser.add_argument(
+        "--entity",
+        help="the finding the question is about, for a VLM with entity tokens (default: the one the question names)",
+    )
+
+
 def _compare(args: argparse.Namespace) -> int:
     """The comparative VLM's answer to a question about two studies."""
-    from .comparison import ComparativeReader
+    from .inference import ComparativeReader
 
     reader = ComparativeReader.from_pretrained(args.model)
     answer = reader.answer(
@@ -463,12 +362,30 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ evaluation
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--mined", required=True)
+    parser.add_argument("--reranker")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--rerank-top", type=int, default=10)
+    parser.add_argument(
+        "--clip-model",
+        action="append",
+        default=[],
+        metavar="NAME_OR_PATH",
+        help="also rank with a CLIP-style model's whole-image similarity (repeatable)",
+    )
+    parser.add_argument("--out", help="write the per-query results and summary (JSON)")
+    parser.add_argument("--quiet", action="store_true")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
     from .atomic import write_text_atomically
+    from .data.mining import MinedData
     from .evaluation import ClipBaseline, evaluate_retrieval
-    from .retrieval import RerankerScorer, RetrievalEncoder
-    from .training.data import MinedData
+    from .inference import RerankerScorer, RetrievalEncoder
 
     encoder = RetrievalEncoder.from_pretrained(args.model)
     reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
@@ -490,6 +407,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _benchmark_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
+    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
+    parser.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
+    parser.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
+    parser.add_argument("--split", default="test", help="Medical-Diff-VQA split")
+    parser.add_argument("--out", help="write the results (JSON)")
+    parser.add_argument("--quiet", action="store_true")
+
+
 def _benchmark(args: argparse.Namespace) -> int:
     """A public benchmark on a saved VLM: accuracy (closed) or text scores (open-ended)."""
     from .atomic import write_text_atomically
@@ -507,6 +435,15 @@ def _benchmark(args: argparse.Namespace) -> int:
         low, high = result["ci95"]
         print(f"{args.name} accuracy {result['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] (n={result['questions']})")
     return 0
+
+
+# ------------------------------------------------------------------ demo
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
+    parser.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
+    parser.add_argument("--patients", type=int, help="synthetic patients (default 400; quick 40)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -535,6 +472,63 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  longitudinal change accuracy: {follow_up['accuracy']:.3f} (n={follow_up['questions']})")
     print(f"  report: {Path(args.out) / 'report.html'}  metrics: {Path(args.out) / 'metrics.json'}")
     return 0
+
+
+# ------------------------------------------------------------------ parsing helpers
+def _names(text: str) -> tuple[str, ...]:
+    """ "a, b" -> ("a", "b")"""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _thresholds(text: str) -> float | dict[str, float]:
+    """ "0.9" for every metric, or "embedding=0.8,agreement=0.99" per metric."""
+    if "=" not in text:
+        return float(text)
+    return {name.strip(): float(value) for name, value in (item.split("=") for item in text.split(","))}
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
+Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+COMMANDS: list[Command] = [
+    ("info", "parameter counts of each model (total and active per modality)", _info_arguments, _info),
+    ("export", "save a checkpoint with its code for trust_remote_code loading", _export_arguments, _export),
+    ("inspect", "describe a DICOM file or folder, NIfTI or PNG/JPEG", _inspect_arguments, _inspect),
+    ("preprocess", "write the model-ready tensor of an image (safetensors)", _preprocess_arguments, _preprocess),
+    ("deidentify", "copy DICOM files without identifying attributes", _deidentify_arguments, _deidentify),
+    ("phantom", "write the synthetic cohort: DICOM/NIfTI/PNG studies and reports", _phantom_arguments, _phantom),
+    ("entities", "list the clinical entity vocabulary", _entities_arguments, _entities),
+    ("mine", "mine supervision datasets from a manifest of studies and reports", _mine_arguments, _mine),
+    ("train", "train stage 1, the reranker or stage 2 from a YAML recipe", _train_arguments, _train),
+    ("index", "encode an archive into a gallery index (resumable)", _index_arguments, _index),
+    ("search", "rank an index for a query study under an entity", _search_arguments, _search),
+    ("compare", "the comparative VLM's answer about two studies", _compare_arguments, _compare),
+    ("evaluate", "retrieval Recall@k/NDCG: entity, entity+rerank, holistic", _evaluate_arguments, _evaluate),
+    (
+        "benchmark",
+        "a public paired-image benchmark: MMXU, MS-CXR-T, Medical-Diff-VQA",
+        _benchmark_arguments,
+        _benchmark,
+    ),
+    ("demo", "the whole system on the synthetic cohort: train, evaluate, report", _demo_arguments, _demo),
+    ("manifest", "write a mining manifest from MIMIC-CXR or CT-RATE", _manifest_arguments, _manifest),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="medreco", description="Comparative reasoning in radiology.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text, add_arguments, handler in COMMANDS:
+        command = commands.add_parser(name, help=help_text)
+        add_arguments(command)
+        command.set_defaults(handler=handler)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

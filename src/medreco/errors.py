@@ -13,6 +13,10 @@ class UnknownEntityError(MedReCoError, ValueError):
     """An entity name or id that the ontology, or a model's entity vocabulary, does not hold."""
 
 
+class TrainingDataError(MedReCoError, ValueError):
+    """Missing or unusable training data; names the folder or file."""
+
+
 class MedicalImageError(MedReCoError, ValueError):
     """A medical image could not be turned into model input. `path` names the file or folder."""
 
@@ -77,6 +81,7 @@ __all__ = [
     "ModalityError",
     "MultipleSeriesError",
     "SeriesError",
+    "TrainingDataError",
     "UnknownEntityError",
     "UnreadableImageError",
     "UnsupportedImageError",

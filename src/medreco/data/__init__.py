@@ -1,1 +1,2 @@
-"""Data: the synthetic cohort, and (with the report-mining issue) ontology, decomposition and datasets."""
+"""Data: reading reports (`reports/`), mining supervision from them (`mining/`), manifests of public
+datasets (`adapters`), and the synthetic cohort (`phantom/`)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_path
-from .mining import ManifestError
+from .mining.pipeline import ManifestError
 
 
 def _read_csv(path: Path) -> list[dict]:

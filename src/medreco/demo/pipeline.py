@@ -23,31 +23,22 @@ from pathlib import Path
 
 import torch
 
-logger = logging.getLogger(__name__)
+from ..training.config import read_recipe
 
-# Relevance from report statements by status-and-attribute agreement alone: positive when the two
-# statements agree on the mention status and on every attribute both state (grade, side, size...),
-# negative when they disagree. The paper also requires embedding similarity (BioLORD, with RaTEScore
-# and RadGraph); the offline stand-in, MiniLM, scores paraphrases of one fact as low as 0.46 ("Heart
-# size is normal." vs "No cardiomegaly."), which made relevance a matter of the report's wording,
-# which no image shows. On the cohort's template reports agreement is exact.
-RELEVANCE_METRICS = ("agreement",)
-POSITIVE_THRESHOLD = {"agreement": 0.99}
-NEGATIVE_THRESHOLD = {"agreement": 0.01}
-# A fifth of the patients is held out for testing (the library default is a tenth): the comparisons
-# of the report (entity vs holistic retrieval, VLM vs text-only) need hundreds of test queries to
-# tell a few points apart. The validation split is mined but not used by the demo.
-SPLIT_FRACTIONS = {"train": 0.7, "validation": 0.1, "test": 0.2}
-# The demo's language model: the tiny preset's Qwen2 widened and deepened. At width 32 and two layers
-# it learned the answers' wording but not which option to pick; its vocabulary is learned from the
-# training conversations (`tokenizer: mined`), so the width costs little.
-LANGUAGE_MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4}
+logger = logging.getLogger(__name__)
+RECIPE = "demo"  # training/recipes/demo.yaml: the tiny recipe, what the demo changes, and its sizes
+
+
+def demo_settings() -> dict:
+    """The `demo:` section of the demo recipe: cohort, mining and run sizes (`full`, `quick`)."""
+    return read_recipe(RECIPE)["demo"]
 
 
 @dataclass
 class DemoConfig:
     """Sizes of a demo run. `quick` (for CI) shrinks every step to fit in about 3 minutes on two
-    cores; the default run fits in about 15. Fields left None take the size of the chosen mode."""
+    cores; the default run fits in about 15. Fields left None take the size of the chosen mode
+    (the recipe's `demo.sizes`)."""
 
     out_dir: str = "medreco-demo"
     quick: bool = False
@@ -63,34 +54,12 @@ class DemoConfig:
     progress: bool = True
 
     def __post_init__(self):
-        sizes = QUICK if self.quick else FULL
+        sizes = demo_settings()["sizes"]["quick" if self.quick else "full"]
         for name, value in sizes.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
         if self.patients < 10:
             raise ValueError("the demo needs at least 10 patients (train, validation and test splits)")
-
-
-FULL = {
-    "patients": 400,
-    "alignment_steps": 4500,
-    "stage1_steps": 3000,
-    "reranker_steps": 150,
-    "stage2_steps": 700,
-    "stage2_batch_size": 16,
-    "closed_questions": 1000,
-    "open_questions": 40,
-}
-QUICK = {
-    "patients": 40,
-    "alignment_steps": 300,
-    "stage1_steps": 120,
-    "reranker_steps": 20,
-    "stage2_steps": 60,
-    "stage2_batch_size": 8,
-    "closed_questions": 40,
-    "open_questions": 6,
-}
 
 
 class Stopwatch:
@@ -124,15 +93,13 @@ def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cohort, mined = out / "cohort", out / "mined"
+    settings = demo_settings()
     if not (cohort / "manifest.jsonl").exists():
-        phantom = PhantomConfig(num_patients=config.patients, size="tiny", seed=config.seed)
+        phantom = PhantomConfig(num_patients=config.patients, seed=config.seed, **settings["cohort"])
         clock.run("cohort", lambda: generate_cohort(phantom, cohort, progress=config.progress))
     if not (mined / "summary.json").exists():
         mining = MiningConfig(
-            split_fractions=SPLIT_FRACTIONS,
-            metrics=RELEVANCE_METRICS,
-            positive_threshold=POSITIVE_THRESHOLD,
-            negative_threshold=NEGATIVE_THRESHOLD,
+            **{key: tuple(value) if isinstance(value, list) else value for key, value in settings["mining"].items()},
             workers=min(2, os.cpu_count() or 1),
             seed=config.seed,
         )
@@ -141,10 +108,11 @@ def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
 
 
 def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
-    """The `tiny` recipe's overrides the demo trains `stage` with (paths under `config.out_dir`)."""
+    """What the demo sets in the demo recipe for `stage`: paths under `config.out_dir`, the seed and
+    the run's step counts and batch sizes."""
     out = Path(config.out_dir)
     models = out / "models"
-    stage1 = models / "stage1"
+    stage1 = models / "stage1" / "final"
     common = [
         f"data.mined_dir={out / 'mined'}",
         f"run.progress={str(config.progress).lower()}",
@@ -153,35 +121,14 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
     ]
     cache = f"data.tensor_cache_dir={out / 'cache'}"
     stages = {
-        "stage1": [
-            # A from-scratch vision encoder needs thousands of steps of dense supervision before it
-            # sees the findings; with the text backbone frozen each report is encoded once, so
-            # alignment steps cost the vision side only and 4500 of them fit in the time budget.
-            "freeze_text_encoder=true",
-            # each study's entity statements align with its entity-conditioned features during the
-            # warm-up (not in the paper): the conditioner learns every finding the reports describe
-            # from the first step, rather than from the ranking phase's triplets alone
-            "statement_alignment_weight=1.0",
-            # ranking by a softmax over each positive and the anchor's negatives (not the paper's
-            # triplet margin): over 4 seeds each, the entity-vs-holistic Recall@1 gap was significant
-            # in 4 of 4 runs, against 3 of 4 with the triplet loss, and both systems scored higher
-            "ranking_loss=contrastive",
-            f"alignment.max_steps={config.alignment_steps}",
-            f"ranking.max_steps={config.stage1_steps}",
-        ],
-        "reranker": [cache, f"retrieval_model={stage1 / 'final'}", f"optimization.max_steps={config.reranker_steps}"],
+        "stage1": [f"alignment.max_steps={config.alignment_steps}", f"ranking.max_steps={config.stage1_steps}"],
+        "reranker": [cache, f"retrieval_model={stage1}", f"optimization.max_steps={config.reranker_steps}"],
         "stage2": [
             cache,
-            f"vision_model={stage1 / 'final'}",
-            # the stage-1 conditioner's feature of each image for the question's finding: the
-            # language model, trained from scratch here, does not have to find it among the visual
-            # tokens (the paper's VLM, a pretrained 7B model, reads the visual tokens only)
-            "entity_tokens=true",
-            *(f"model.overrides.text_config.{key}={value}" for key, value in LANGUAGE_MODEL.items()),
+            f"vision_model={stage1}",
             f"optimization.max_steps={config.stage2_steps}",
             f"optimization.batch_size_2d={config.stage2_batch_size}",
             f"optimization.batch_size_3d={config.stage2_batch_size}",
-            "data.max_train_samples=null",
         ],
     }
     if stage not in stages:
@@ -196,14 +143,14 @@ def train_demo_stage(config: DemoConfig, stage: str, clock: Stopwatch | None = N
 
     final = Path(config.out_dir) / "models" / stage / "final"
     if not _done(final):
-        recipe = load_recipe("tiny", stage, stage_overrides(config, stage))
+        recipe = load_recipe(RECIPE, stage, stage_overrides(config, stage))
         (clock or Stopwatch()).run(stage, lambda: train_stage(stage, recipe))
     return final
 
 
 def run_demo(config: DemoConfig) -> dict:
     """Run every step and write the outputs under `config.out_dir`; returns the metrics."""
-    from ..training.data import MinedData
+    from ..data.mining import MinedData
 
     out = Path(config.out_dir)
     clock = Stopwatch()
@@ -276,9 +223,8 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from ..atomic import write_text_atomically
-    from ..comparison import ComparativeReader
-    from ..data.ontology import Ontology
-    from ..data.vqa import longitudinal_questions
+    from ..data.mining.vqa import longitudinal_questions
+    from ..data.reports.ontology import Ontology
     from ..evaluation import (
         BERTScorer,
         available_report_metrics,
@@ -288,7 +234,7 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
         evaluate_retrieval,
         sample_rows,
     )
-    from ..retrieval import RerankerScorer, RetrievalEncoder
+    from ..inference import ComparativeReader, RerankerScorer, RetrievalEncoder
 
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
     scorer = RerankerScorer.from_pretrained(models / "reranker" / "final")
@@ -327,8 +273,8 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
 def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | None:
     """Index the test studies of one modality and plot a search for a query whose entity-conditioned
     top hit is relevant (the first query when none is): the `medreco search --plot` picture."""
-    from ..retrieval import GalleryIndex, Searcher, plot_montage
-    from ..training.stage1 import entity_prompts
+    from ..data.reports.ontology import entity_prompts
+    from ..inference import GalleryIndex, Searcher
 
     if not queries:
         return None
@@ -340,20 +286,10 @@ def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | No
     patient = data.studies[chosen["query"]].patient_id
     exclude = {s for s in gallery if data.studies[s].patient_id == patient}
     prompt = entity_prompts().get(chosen["entity_id"], chosen["entity_id"])
-    hits, extras = Searcher(index, scorer).search(
-        data.studies[chosen["query"]].image, modality, prompt, top_k=4, rerank_top=10, exclude=exclude
-    )
-    processor = encoder.image_processor
-    path = plot_montage(
-        processor.preprocess_one(data.studies[chosen["query"]].image, modality),
-        extras["query_attention"],
-        hits,
-        [processor.preprocess_one(data.studies[h.study_id].image, modality) for h in hits],
-        extras["hit_attention"],
-        encoder.model.config.vision_config.patch_size,
-        out / "figures" / "montage.png",
-        title=f"{chosen['query']}: {prompt}",
-    )
+    searcher = Searcher(index, scorer)
+    query = data.studies[chosen["query"]].image
+    hits, extras = searcher.search(query, modality, prompt, top_k=4, rerank_top=10, exclude=exclude)
+    path = searcher.plot(query, modality, hits, extras, out / "figures" / "montage.png", f"{chosen['query']}: {prompt}")
     relevant = set(chosen.get("relevant", []))
     return {
         "query": chosen["query"],
@@ -364,8 +300,10 @@ def _montage(encoder, scorer, data, queries: list[dict], out: Path) -> dict | No
 
 
 __all__ = [
+    "RECIPE",
     "STAGES",
     "DemoConfig",
+    "demo_settings",
     "evaluate_demo",
     "prepare_data",
     "run_demo",

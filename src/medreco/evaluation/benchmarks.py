@@ -23,8 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
+from ..data.mining.vqa import LETTERS
 from ..errors import MedReCoError
-from ..training.stage2 import LETTERS
 from .text import available_report_metrics
 from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_open_ended, sample_rows
 
@@ -190,7 +190,7 @@ def run_benchmark(
 ) -> dict:
     """Load a saved VLM and run benchmark `name` (one of `BENCHMARKS`) on at most `limit` items
     drawn reproducibly. Medical-Diff-VQA uses its `split` and the "difference" questions."""
-    from ..comparison import ComparativeReader
+    from ..inference import ComparativeReader
 
     if name not in BENCHMARKS:
         raise BenchmarkDataError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..retrieval.encoder import RerankerScorer, RetrievalEncoder, fuse_scores
-from ..training.data import MinedData
-from ..training.stage1 import entity_prompts
+from ..data.mining import MinedData
+from ..data.reports.ontology import entity_prompts
+from ..inference.encoder import RerankerScorer, RetrievalEncoder, fuse_scores
 from .metrics import mcnemar_test, ndcg_at_k, recall_at_k, wilson_interval
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from ..data.attributes import read_attributes
-from ..data.decomposition import MentionStatus, RuleBasedDecomposer
-from ..data.similarity import MetricUnavailableError, RadGraphSimilarity, RaTEScoreSimilarity, SimilarityMetric
+from ..data.mining.similarity import MetricUnavailableError, RadGraphSimilarity, RaTEScoreSimilarity, SimilarityMetric
+from ..data.reports.attributes import read_attributes
+from ..data.reports.decomposition import MentionStatus, RuleBasedDecomposer
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from types import SimpleNamespace
 import torch
 from tqdm.auto import tqdm
 
-from ..data.decomposition import QuestionEntityFinder
-from ..data.vqa import CHANGE_OPTIONS, TextOnlyAnswerer
-from ..training.stage2 import LETTERS, closed_answer, closed_prompt, conversation
+from ..data.mining.vqa import CHANGE_OPTIONS, LETTERS, TextOnlyAnswerer, closed_answer, closed_prompt
+from ..data.reports.decomposition import QuestionEntityFinder
+from ..processing import conversation
 from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
 
 CLOSED_SCORING = ("answer", "letter")  # the first is the headline
@@ -208,7 +208,7 @@ def evaluate_closed_vqa(
 def evaluate_longitudinal(
     model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = CLOSED_SCORING[0]
 ) -> dict:
-    """Follow-up benchmark rows (`medreco.data.vqa.longitudinal_questions`): accuracy overall and by
+    """Follow-up benchmark rows (`medreco.data.mining.vqa.longitudinal_questions`): accuracy overall and by
     finding (entity), attribute and true change label, plus the confusion matrix of change labels
     (rows: true label, columns: the label of the option the model chose), under one `scoring`."""
     result = closed_accuracy(model, processor, rows, studies, progress, scoring)

@@ -13,7 +13,7 @@ from transformers import PreTrainedModel
 
 from .. import modeling
 from ..atomic import write_text_atomically
-from ..modeling import AUTO_REGISTRATIONS
+from ..modeling import AUTO_REGISTRATIONS, DEPRECATED_MODULES
 
 
 def _qualified(cls: type) -> str:
@@ -25,7 +25,7 @@ def export_for_remote_code(model: PreTrainedModel, directory: str | Path) -> Pat
     directory = Path(directory)
     model.save_pretrained(directory)
     for source in Path(modeling.__file__).parent.glob("*.py"):
-        if source.name != "__init__.py":
+        if source.name != "__init__.py" and source.stem not in DEPRECATED_MODULES:
             shutil.copyfile(source, directory / source.name)
     config_class = type(model.config)
     auto_map = {"AutoConfig": _qualified(config_class)}

@@ -5,7 +5,8 @@ can copy it next to a checkpoint for `trust_remote_code=True` loading without me
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
 
-from .configuration_medreco import BIOLORD_2023, MedReCoConditionerConfig, MedReCoConfig, MedReCoRerankerConfig
+from .configuration_reranker import MedReCoRerankerConfig
+from .configuration_retrieval import BIOLORD_2023, MedReCoConditionerConfig, MedReCoConfig
 from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig
 from .configuration_vlm import MedReCoVLMConfig
 from .losses import (
@@ -15,11 +16,14 @@ from .losses import (
     triplet_loss_with_hard_negatives,
     triplet_relevance,
 )
-from .modeling_medreco import ConditionerOutput, MedReCoConditioner, MedReCoModel, MedReCoOutput, MedReCoTextEncoder
 from .modeling_reranker import MedReCoReranker, RerankerOutput, select_top_tokens
+from .modeling_retrieval import ConditionerOutput, MedReCoConditioner, MedReCoModel, MedReCoOutput, MedReCoTextEncoder
 from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, count_active_parameters
 from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
 from .modeling_vlm import MedReCoForConditionalGeneration, MedReCoVLMModel, MedReCoVLMOutput
+
+# Old module paths kept for one release; `export_for_remote_code` leaves them out.
+DEPRECATED_MODULES = ("configuration_medreco", "modeling_medreco")
 
 AUTO_REGISTRATIONS = (
     # (model_type, config class, [(auto class, model class), ...])
@@ -48,6 +52,7 @@ __all__ = [
     "AUTO_REGISTRATIONS",
     "BIOLORD_2023",
     "CheckpointMismatchError",
+    "DEPRECATED_MODULES",
     "ConditionerOutput",
     "DEFAULT_MODALITIES",
     "MedReCoConditioner",

@@ -1,113 +1,16 @@
-"""Configurations of the entity-conditioned retrieval model and its conditioner (paper, section 4.5)."""
+"""Deprecated path (kept for one release): the retrieval model's configuration is in
+`configuration_retrieval`, the reranker's in `configuration_reranker`."""
 
-from __future__ import annotations
+import warnings
 
-from typing import Literal
+from .configuration_reranker import MedReCoRerankerConfig
+from .configuration_retrieval import BIOLORD_2023, MedReCoConditionerConfig, MedReCoConfig
 
-from huggingface_hub.dataclasses import strict
-from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
-
-from .configuration_vision import MedReCoVisionConfig, ModalityTableMixin, check_heads_divide
-
-# The paper's text encoder. BioLORD-2023 is an MPNet sentence encoder; its architecture is the
-# default text sub-config, and its weights are loaded by name when a model is created.
-BIOLORD_2023 = "FremyCompany/BioLORD-2023"
-
-
-@strict
-class MedReCoConditionerConfig(PreTrainedConfig):
-    r"""Settings of the entity conditioner: cross-attention layers in which one query (an entity
-    embedding, or a learned CLS when no entity is given) attends to an image's visual tokens."""
-
-    model_type = "medreco_conditioner"
-    base_config_key = "conditioner_config"
-
-    num_layers: int = 4
-    num_attention_heads: int = 8
-    intermediate_size: int = 2048
-    hidden_act: str = "gelu"
-    use_modality_experts: bool = True
-    attention_dropout: float = 0.0
-    layer_norm_eps: float = 1e-6
-    initializer_range: float = 0.02
-
-
-@strict
-class MedReCoConfig(PreTrainedConfig):
-    r"""Settings of [`MedReCoModel`]: vision encoder + text encoder + entity conditioner.
-
-    `text_config` is the architecture of any BERT-style encoder (MPNet for BioLORD-2023 by
-    default); `text_model_name_or_path` names the weights that `medreco.create_model` loads into
-    it. The shared embedding size is the vision encoder's `hidden_size`.
-
-    Losses (paper, section 4.5): symmetric image-report InfoNCE for warm-up, plus (when the
-    trainer passes mined statements) entity-statement alignment weighted by
-    `statement_alignment_weight`; entity-conditioned
-    triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), SmoothAP
-    (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
-    the learnable temperature (`ranking_loss="contrastive"`)."""
-
-    model_type = "medreco"
-    sub_configs_defaults = {
-        "vision_config": MedReCoVisionConfig,
-        "text_config": SubConfigSpec(config_class=AutoConfig, model_type="mpnet"),
-        "conditioner_config": MedReCoConditionerConfig,
-    }
-
-    vision_config: dict | PreTrainedConfig | None = None
-    text_config: dict | PreTrainedConfig | None = None
-    conditioner_config: dict | PreTrainedConfig | None = None
-    text_model_name_or_path: str | None = BIOLORD_2023
-    freeze_text_encoder: bool = False
-    conditioner_token_source: Literal["pooled", "depth"] = "pooled"
-    logit_scale_init_value: float = 2.6592
-    triplet_margin: float = 0.2
-    triplet_mining: Literal["semi_hard", "hardest", "all"] = "semi_hard"
-    ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
-    smooth_ap_temperature: float = 0.01
-    # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
-    statement_alignment_weight: float = 1.0
-    initializer_range: float = 0.02
-
-    @property
-    def projection_dim(self) -> int:
-        return self.vision_config.hidden_size
-
-    def validate_architecture(self):
-        # the conditioner works at the vision encoder's width
-        check_heads_divide(self.vision_config.hidden_size, self.conditioner_config.num_attention_heads)
-
-
-@strict
-class MedReCoRerankerConfig(ModalityTableMixin, PreTrainedConfig):
-    r"""Settings of [`MedReCoReranker`] (paper, Eq. 7-11).
-
-    Each image of a query-candidate pair contributes its entity-aware feature and its `top_k`
-    most attended visual tokens; the sequence [CLS; query; candidate] goes through a shallow
-    self-attention encoder whose feed-forward layers are modality experts."""
-
-    model_type = "medreco_reranker"
-
-    hidden_size: int = 512
-    num_layers: int = 3
-    num_attention_heads: int = 8
-    intermediate_size: int = 2048
-    hidden_act: str = "gelu"
-    top_k: int = 64
-    modalities: list[str] | None = None
-    attention_dropout: float = 0.0
-    layer_norm_eps: float = 1e-6
-    initializer_range: float = 0.02
-
-    @property
-    def max_sequence_length(self) -> int:
-        return 1 + 2 * (self.top_k + 1)
-
-    def validate_architecture(self):
-        check_heads_divide(self.hidden_size, self.num_attention_heads)
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be positive, got {self.top_k}")
-
+warnings.warn(
+    "medreco.modeling.configuration_medreco is deprecated and goes in the next release: import from "
+    "medreco.modeling.configuration_retrieval or medreco.modeling.configuration_reranker",
+    FutureWarning,
+    stacklevel=2,
+)
 
 __all__ = ["BIOLORD_2023", "MedReCoConditionerConfig", "MedReCoConfig", "MedReCoRerankerConfig"]

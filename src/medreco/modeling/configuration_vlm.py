@@ -8,7 +8,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_medreco import MedReCoConditionerConfig
+from .configuration_retrieval import MedReCoConditionerConfig
 from .configuration_vision import MedReCoVisionConfig, check_heads_divide
 
 # Qwen2.5-7B-Instruct, the paper's language model.

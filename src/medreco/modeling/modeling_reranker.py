@@ -14,7 +14,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .blocks import MedReCoBlock, check_modality_ids
-from .configuration_medreco import MedReCoRerankerConfig
+from .configuration_reranker import MedReCoRerankerConfig
 from .modeling_utils import MedReCoPreTrainedModel
 
 SEGMENT_CLS, SEGMENT_QUERY, SEGMENT_CANDIDATE = 0, 1, 2

@@ -22,7 +22,7 @@ from transformers.generation import GenerationMixin
 from transformers.utils import ModelOutput
 
 from .configuration_vlm import MedReCoVLMConfig
-from .modeling_medreco import MedReCoConditioner, conditioning_tokens
+from .modeling_retrieval import MedReCoConditioner, conditioning_tokens
 from .modeling_utils import MedReCoPreTrainedModel
 from .modeling_vision import MedReCoVisionModel
 

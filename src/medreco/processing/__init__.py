@@ -5,10 +5,10 @@ from transformers import AutoImageProcessor
 from ..modeling import MedReCoConfig, MedReCoVLMConfig
 from .cache import TensorCache, content_digest
 from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
-from .image_processor import MedReCoImageProcessor
+from .image_processing_medreco import MedReCoImageProcessor, write_model_input
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
-from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file
-from .processor import CHAT_TEMPLATE, MedReCoProcessor, register_processor
+from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file, deidentify_tree
+from .processing_medreco import CHAT_TEMPLATE, MedReCoProcessor, conversation, register_processor
 from .readers import (
     ReaderOptions,
     list_dicom_series,
@@ -34,8 +34,10 @@ __all__ = [
     "ModalityRecipe",
     "TensorCache",
     "content_digest",
+    "conversation",
     "deidentify",
     "deidentify_file",
+    "deidentify_tree",
     "preprocess_image",
     "resample_to_grid",
     "ImageGeometry",
@@ -49,4 +51,5 @@ __all__ = [
     "read_raster",
     "to_canonical",
     "train_wordpiece_tokenizer",
+    "write_model_input",
 ]

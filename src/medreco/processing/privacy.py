@@ -98,6 +98,15 @@ def deidentify_file(source: str | Path, destination: str | Path, salt: str = "me
     return destination
 
 
+def deidentify_tree(source: str | Path, destination: str | Path, salt: str = "medreco") -> int:
+    """De-identify a DICOM file, or every file of a folder into the same layout; returns the file count."""
+    source, destination = Path(source), Path(destination)
+    files = [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else [source]
+    for file in files:
+        deidentify_file(file, destination / file.relative_to(source) if source.is_dir() else destination, salt)
+    return len(files)
+
+
 def identifying_values(dataset: pydicom.Dataset) -> list[str]:
     """The non-empty identifying values a dataset holds (to check that none leaks)."""
     values = []
@@ -108,4 +117,11 @@ def identifying_values(dataset: pydicom.Dataset) -> list[str]:
     return values
 
 
-__all__ = ["IDENTIFYING_KEYWORDS", "deidentify", "deidentify_file", "identifying_values", "pseudonymous_uid"]
+__all__ = [
+    "IDENTIFYING_KEYWORDS",
+    "deidentify",
+    "deidentify_file",
+    "deidentify_tree",
+    "identifying_values",
+    "pseudonymous_uid",
+]

@@ -1,21 +1,8 @@
-"""Controllable retrieval: study encoding, the gallery index, search with reranking."""
+"""Deprecated path (kept for one release): see `medreco.inference`. A package of its own (not an
+alias) so that the old submodule paths (`medreco.retrieval.index`, ...) resolve to their aliases."""
 
-from .encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
-from .index import ExactSearch, GalleryIndex, GalleryIndexError, SearchHit, entity_key
-from .search import RankedStudy, Searcher, attention_map, plot_montage
+from medreco.deprecation import warn_moved
+from medreco.inference import *  # noqa: F403
+from medreco.inference import __all__ as __all__
 
-__all__ = [
-    "ExactSearch",
-    "EncodedStudies",
-    "GalleryIndex",
-    "GalleryIndexError",
-    "RankedStudy",
-    "RerankerScorer",
-    "RetrievalEncoder",
-    "SearchHit",
-    "Searcher",
-    "attention_map",
-    "entity_key",
-    "fuse_scores",
-    "plot_montage",
-]
+warn_moved(__name__, "medreco.inference")

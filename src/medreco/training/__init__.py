@@ -4,6 +4,8 @@
 - `reranker`: the reranker over the coarse model's own top candidates;
 - `stage2`: the comparative VLM with TRL's SFTTrainer (optionally LoRA / QLoRA)."""
 
+from ..data.mining import MinedData
+from ..errors import TrainingDataError
 from .checkpoint import CheckpointManager, TrainingState
 from .config import (
     DataConfig,
@@ -17,7 +19,7 @@ from .config import (
     Stage2Config,
     load_recipe,
 )
-from .data import ImageStore, MinedData, ModalityBatchSampler, TrainingDataError
+from .data import ImageStore, ModalityBatchSampler
 from .loop import Phase, PhaseResult, train_phase
 
 

@@ -150,17 +150,48 @@ class Stage2Config:
 
 
 STAGES: dict[str, type] = {"stage1": Stage1Config, "reranker": RerankerTrainingConfig, "stage2": Stage2Config}
-BUILTIN_RECIPES = ("tiny", "paper")
+BUILTIN_RECIPES = ("tiny", "demo", "paper")
+# Top-level keys of a recipe besides the stage sections: `extends` names a recipe whose sections this
+# one changes; other sections hold settings of whatever runs the recipe (the demo's own `demo:`).
+EXTENDS = "extends"
 
 
-def recipe_path(name_or_path: str | Path) -> Path:
-    """A recipe file: a path, or the name of a recipe shipped with the package."""
+def recipe_path(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
+    """A recipe file: a path (relative to `relative_to` when given), or the name of a built-in recipe."""
     if str(name_or_path) in BUILTIN_RECIPES:
         return Path(str(resources.files("medreco.training") / "recipes" / f"{name_or_path}.yaml"))
     path = Path(name_or_path)
+    if relative_to is not None and not path.is_absolute():
+        path = relative_to / path
     if not path.is_file():
         raise RecipeError(f"{path}: recipe file not found (built-in recipes: {', '.join(BUILTIN_RECIPES)})")
     return path
+
+
+def read_recipe(name_or_path: str | Path, relative_to: Path | None = None, _chain: tuple[Path, ...] = ()) -> dict:
+    """A recipe file as a mapping, with the recipe it `extends` merged underneath (mappings merge key by
+    key; any other value in the extending recipe replaces the base's)."""
+    path = recipe_path(name_or_path, relative_to)
+    if path.resolve() in _chain:
+        raise RecipeError(f"{path}: recipes extend each other in a circle")
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{path}: not valid YAML ({error})") from error
+    if not isinstance(document, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping with sections {sorted(STAGES)}")
+    base = document.pop(EXTENDS, None)
+    if base is None:
+        return document
+    return _merged(read_recipe(base, path.parent, (*_chain, path.resolve())), document)
+
+
+def _merged(base: dict, changes: dict) -> dict:
+    merged = dict(base)
+    for key, value in changes.items():
+        both_mappings = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if both_mappings else value
+    return merged
 
 
 def load_recipe(name_or_path: str | Path, stage: str, overrides: list[str] | None = None):
@@ -168,13 +199,7 @@ def load_recipe(name_or_path: str | Path, stage: str, overrides: list[str] | Non
     if stage not in STAGES:
         raise RecipeError(f"unknown stage {stage!r}; choose from {sorted(STAGES)}")
     path = recipe_path(name_or_path)
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise RecipeError(f"{path}: not valid YAML ({error})") from error
-    if not isinstance(document, dict):
-        raise RecipeError(f"{path}: a recipe is a mapping with sections {sorted(STAGES)}")
-    section = dict(document.get(stage) or {})
+    section = dict(read_recipe(path).get(stage) or {})
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -266,6 +291,7 @@ __all__ = [
     "Stage2Config",
     "build_config",
     "load_recipe",
+    "read_recipe",
     "recipe_path",
     "to_dict",
 ]

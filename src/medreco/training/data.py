@@ -1,4 +1,4 @@
-"""Training data: the mined tables, model-ready images, and modality-homogeneous batches.
+"""Training data: model-ready images and modality-homogeneous batches over the mined tables.
 
 Images of one batch must share a shape (a 2D radiograph and a CT volume cannot be stacked) and one
 expert of the MoE encoder, so every batch holds one modality; 2D and 3D batches have their own
@@ -8,128 +8,22 @@ number of batches with the same modality at each step."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import MedReCoError
+from ..data.mining.mined import Study
+from ..deprecation import moved_names
+from ..errors import TrainingDataError
 from ..processing import MedReCoImageProcessor
 
 logger = logging.getLogger(__name__)
-MINED_TABLES = ("studies", "triplets", "retrieval", "longitudinal", "vqa")
-
-
-class TrainingDataError(MedReCoError, ValueError):
-    """Missing or unusable training data; names the folder or file."""
-
-
-@dataclass
-class Study:
-    study_id: str
-    patient_id: str
-    modality: str
-    image: str
-    split: str
-    report: str = ""
-    statements: dict = field(default_factory=dict)
-
-    def status(self, entity_id: str) -> str | None:
-        statement = self.statements.get(entity_id)
-        return statement["status"] if statement else None
-
-
-class MinedData:
-    """The datasets written by `medreco mine`, read once into plain Python rows."""
-
-    def __init__(self, mined_dir: str | Path, modalities: Sequence[str] | None = None):
-        import datasets
-
-        self.directory = Path(mined_dir)
-        if not str(mined_dir) or not (self.directory / "studies").is_dir():
-            raise TrainingDataError(
-                f"{self.directory}: no mined data here (expected {self.directory / 'studies'}; run `medreco mine`)"
-            )
-        self._tables: dict[str, list[dict]] = {}
-        for name in MINED_TABLES:
-            path = self.directory / name
-            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if path.is_dir() else []
-        keep = set(modalities) if modalities else None
-        self.studies: dict[str, Study] = {}
-        for row in self._tables["studies"]:
-            if keep is not None and row["modality"] not in keep:
-                continue
-            image = self._image_path(row["image"])
-            if not image.exists():
-                raise TrainingDataError(f"{image}: image of study {row['study_id']} not found (moved cohort?)")
-            self.studies[row["study_id"]] = Study(
-                row["study_id"],
-                row["patient_id"],
-                row["modality"],
-                str(image),
-                row["split"],
-                row.get("report") or "",
-                json.loads(row["statements"]) if row.get("statements") else {},
-            )
-
-    def _image_path(self, stored: str) -> Path:
-        """A study's image: `mine` stores paths relative to the mined folder. Tables mined by
-        earlier versions hold paths relative to the working directory of the time, tried second."""
-        image = Path(stored)
-        if image.is_absolute():
-            return image
-        beside = Path(os.path.normpath(self.directory.resolve() / image))
-        return beside if beside.exists() or not image.exists() else image
-
-    def rows(self, table: str, split: str | None = None) -> list[dict]:
-        """Rows of a table whose studies are all known (and of `split` when given)."""
-        keys = {"triplets": ("anchor", "positive", "negative"), "retrieval": ("query",), "vqa": ("study_a", "study_b")}
-        keys.update(longitudinal=("prior", "current"), studies=("study_id",))
-        return [
-            row
-            for row in self._tables[table]
-            if (split is None or row["split"] == split) and all(row[k] in self.studies for k in keys[table])
-        ]
-
-    def study_ids(self, split: str | None = None) -> list[str]:
-        return [s for s, study in self.studies.items() if split is None or study.split == split]
-
-    def relevance_table(self, split: str | None = None) -> dict[tuple[str, str], tuple[set[str], set[str]]]:
-        """(query, entity_id) -> (judged, relevant) from the retrieval table, for training labels.
-
-        `judged` holds the relevant studies and those the mining thresholds call irrelevant. The rest
-        of the gallery is unknown, not irrelevant: a report silent on the entity ("no effusion" and
-        an effusion never mentioned look the same), or statements in between the thresholds ("heart
-        size is normal" against "no cardiomegaly"). Calling those negatives would teach the model
-        that identical images differ. Tables mined before the `irrelevant` column existed fall back
-        to the studies that mention the entity."""
-        rows = self.rows("retrieval", split)
-        mentioning = None if all("irrelevant" in row for row in rows) else self.mentioning(split)
-        table = {}
-        for row in rows:
-            relevant = set(row["relevant"])
-            if mentioning is None:
-                judged = relevant | set(row["irrelevant"])
-            else:
-                judged = set(row["gallery"]) & mentioning[row["entity_id"]]
-            table[(row["query"], row["entity_id"])] = (judged, relevant)
-        return table
-
-    def mentioning(self, split: str | None = None) -> dict[str, set[str]]:
-        """entity_id -> the studies whose reports state something about it (queries and relevant
-        studies of the retrieval table)."""
-        mentioning: dict[str, set[str]] = {}
-        for row in self.rows("retrieval", split):
-            mentioning.setdefault(row["entity_id"], set()).update([row["query"], *row["relevant"]])
-        return mentioning
 
 
 class ImageStore:
@@ -242,11 +136,19 @@ def ceil_div(a: float, b: float) -> int:
     return math.ceil(a / b)
 
 
+# names that moved to their owners (kept for one release)
+__getattr__ = moved_names(
+    __name__,
+    {
+        "MinedData": "medreco.data.mining.mined",
+        "Study": "medreco.data.mining.mined",
+        "TrainingDataError": "medreco.errors",
+    },
+)
+
 __all__ = [
     "ImageStore",
-    "MinedData",
     "ModalityBatchSampler",
-    "Study",
     "TrainingDataError",
     "batch_size_rule",
     "check_nonempty",

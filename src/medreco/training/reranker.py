@@ -19,13 +19,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import set_seed
 
+from ..data.mining import MinedData
+from ..data.reports.ontology import entity_prompts
 from ..factory import create_model
+from ..inference.encoder import RetrievalEncoder
 from ..modeling import MedReCoReranker, select_top_tokens
-from ..retrieval.encoder import RetrievalEncoder
 from .config import RerankerTrainingConfig, to_dict
-from .data import ImageStore, MinedData, batch_size_rule, check_nonempty
+from .data import ImageStore, batch_size_rule, check_nonempty
 from .loop import Phase, PhaseResult, train_phase
-from .stage1 import entity_prompts
 
 logger = logging.getLogger(__name__)
 

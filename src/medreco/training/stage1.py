@@ -22,13 +22,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, set_seed
 
-from ..data.ontology import Ontology
-from ..data.similarity import statement_key
+from ..data.mining import MinedData
+from ..data.mining.similarity import statement_key
+from ..data.reports.ontology import entity_prompts
 from ..factory import create_model, resolve_text_encoder
 from ..modeling import MedReCoModel
 from ..processing import MedReCoImageProcessor
 from .config import DataConfig, ModelSource, Stage1Config, to_dict
-from .data import ImageStore, MinedData, batch_size_rule, check_nonempty
+from .data import ImageStore, batch_size_rule, check_nonempty
 from .loop import Phase, PhaseResult, train_phase
 
 logger = logging.getLogger(__name__)
@@ -53,12 +54,6 @@ def build_image_processor(data: DataConfig, modalities: list[str]) -> MedReCoIma
     return MedReCoImageProcessor(modalities=modalities, recipes=data.recipes, tensor_cache_dir=data.tensor_cache_dir)
 
 
-def entity_prompts() -> dict[str, str]:
-    """entity id -> the text the model reads for it."""
-    ontology = Ontology.load()
-    return {entity.id: entity.prompt for entity in ontology.entities()}
-
-
 def ranking_relevance(
     rows: list[dict], candidates: list[str], lookup: dict, patient_of: dict[str, str]
 ) -> torch.Tensor:
@@ -79,67 +74,19 @@ def ranking_relevance(
     return relevance
 
 
-class Stage1Trainer:
-    """Builds the data and model of a stage-1 recipe and runs both phases."""
+class Stage1Texts:
+    """The text side of stage-1 batches: reports, entity prompts and the reports' mined entity
+    statements, as tokens, or (frozen text backbone) as pooled features computed once, so that
+    alignment steps only run the vision encoder and the projection."""
 
-    def __init__(self, config: Stage1Config):
-        self.config = config
-        set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
-        self.data = MinedData(config.data.mined_dir, config.data.modalities)
-        self.model, self.tokenizer = build_retrieval_model(
-            config.model,
-            config.text_encoder,
-            freeze_text_encoder=config.freeze_text_encoder,
-            triplet_margin=config.triplet_margin,
-            ranking_loss=config.ranking_loss,
-        )
-        if config.freeze_text_encoder:  # also when starting from a checkpoint saved unfrozen
-            self.model.config.freeze_text_encoder = True
-            self.model.set_text_backbone_trainable(False)
-        if config.statement_alignment_weight:
-            self.model.config.statement_alignment_weight = config.statement_alignment_weight
-        self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
-        train_ids = self.data.study_ids("train")
-        check_nonempty(train_ids, "training-split studies", self.data.directory)
-        self.store = ImageStore(
-            self.image_processor,
-            {s: self.data.studies[s] for s in self.data.study_ids()},
-            preload=config.data.preload_images,
-            progress=config.run.progress,
-        )
+    def __init__(self, model: MedReCoModel, tokenizer, data: MinedData, config: Stage1Config):
+        self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.frozen = config.freeze_text_encoder
+        self.max_tokens = config.max_report_tokens
+        self.progress = config.run.progress
         self.prompts = entity_prompts()
 
-    # ---- phase 1: image-report alignment
-    def alignment_phase(self) -> Phase:
-        studies = [s for s in self.data.study_ids("train") if self.data.studies[s].report.strip()]
-        studies = studies[: self.config.data.max_train_samples or None]
-        check_nonempty(studies, "studies with reports", self.data.directory)
-        optimization = self.config.alignment
-        pooled = self.pooled_reports(studies) if self.config.freeze_text_encoder else None
-        statements = self.statement_texts(studies) if self.config.statement_alignment_weight else None
-
-        def collate(batch_ids: list[str]) -> dict:
-            pixel_values, modality_ids = self.store.batch(batch_ids)
-            batch = {"pixel_values": pixel_values, "modality_ids": modality_ids}
-            if pooled is not None:
-                batch["report_features"] = torch.stack([pooled[s] for s in batch_ids])
-            else:
-                text = self.tokenize_reports(batch_ids)
-                batch.update(input_ids=text["input_ids"], attention_mask=text["attention_mask"])
-            if statements is not None:
-                batch.update(self.statement_batch(batch_ids, statements))
-            return batch
-
-        return Phase(
-            "stage1/alignment",
-            studies,
-            [self.data.studies[s].modality for s in studies],
-            batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
-            collate,
-            lambda model, batch: model(**batch).loss,
-        )
-
-    def statement_texts(self, studies: list[str]) -> dict:
+    def statement_table(self, studies: list[str]) -> dict:
         """What the alignment batches need of the studies' mined statements: each (study, entity)
         statement's text, a group id per distinct content (`statement_key`), and (frozen text
         backbone) the pooled features of every statement and entity prompt, computed once."""
@@ -156,9 +103,9 @@ class Stage1Trainer:
         distinct = sorted(set(texts.values()))
         entities = sorted({entity for _, entity in texts})
         table = {"texts": texts, "group": groups, "pooled": None, "row": {t: i for i, t in enumerate(distinct)}}
-        if self.config.freeze_text_encoder:
-            table["pooled"] = self.pooled_texts(dict(enumerate(distinct)), "encoding statements")
-            table["entities"] = self.pooled_texts({e: self.prompts[e] for e in entities}, "entities")
+        if self.frozen:
+            table["pooled"] = self.pooled(dict(enumerate(distinct)), "encoding statements")
+            table["entities"] = self.pooled({e: self.prompts[e] for e in entities}, "entities")
         logger.info(
             "stage1: %d statements (%d texts, %d contents) on %d entities",
             len(texts),
@@ -191,8 +138,8 @@ class Stage1Trainer:
             batch["entity_features"] = torch.stack([table["entities"][e] for e in entities])
             batch["statement_features"] = torch.stack([table["pooled"][table["row"][t]] for t in texts])
             return batch
-        prompts = self.tokenize_texts([self.prompts[e] for e in entities])
-        tokens = self.tokenize_texts(texts)
+        prompts = self.tokenize([self.prompts[e] for e in entities])
+        tokens = self.tokenize(texts)
         batch.update(
             entity_input_ids=prompts["input_ids"],
             entity_attention_mask=prompts["attention_mask"],
@@ -201,21 +148,16 @@ class Stage1Trainer:
         )
         return batch
 
-    def tokenize_reports(self, studies: list[str]):
-        return self.tokenize_texts([self.data.studies[s].report for s in studies])
-
-    def tokenize_texts(self, texts: list[str]):
-        return self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.config.max_report_tokens, return_tensors="pt"
-        )
+    def tokenize(self, texts: list[str]):
+        return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
 
     def pooled_reports(self, studies: list[str]) -> dict[str, torch.Tensor]:
         """Each report's pooled output of the frozen text backbone, computed once, so alignment
         steps only run the vision encoder and the projection."""
-        return self.pooled_texts({s: self.data.studies[s].report for s in studies}, "encoding reports")
+        return self.pooled({s: self.data.studies[s].report for s in studies}, "encoding reports")
 
     @torch.no_grad()
-    def pooled_texts(self, texts: dict[str, str], description: str, batch_size: int = 32) -> dict[str, torch.Tensor]:
+    def pooled(self, texts: dict[str, str], description: str, batch_size: int = 32) -> dict[str, torch.Tensor]:
         """The frozen text backbone's pooled output of each text (keyed like `texts`), computed on
         this process's GPU when there is one."""
         encoder = self.model.text_encoder
@@ -227,13 +169,75 @@ class Stage1Trainer:
         encoder.eval().to(device)
         keys, pooled = list(texts), {}
         batches = range(0, len(keys), batch_size)
-        for start in tqdm(batches, desc=description, disable=not self.config.run.progress, leave=False):
+        for start in tqdm(batches, desc=description, disable=not self.progress, leave=False):
             chunk = keys[start : start + batch_size]
-            text = self.tokenize_texts([texts[k] for k in chunk]).to(device)
+            text = self.tokenize([texts[k] for k in chunk]).to(device)
             features = encoder.pool(text["input_ids"], text["attention_mask"]).float().cpu()
             pooled.update(zip(chunk, features, strict=True))
         encoder.train(was_training).to(home)
         return pooled
+
+
+class Stage1Trainer:
+    """Builds the data and model of a stage-1 recipe and runs both phases."""
+
+    def __init__(self, config: Stage1Config):
+        self.config = config
+        set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
+        self.data = MinedData(config.data.mined_dir, config.data.modalities)
+        self.model, self.tokenizer = build_retrieval_model(
+            config.model,
+            config.text_encoder,
+            freeze_text_encoder=config.freeze_text_encoder,
+            triplet_margin=config.triplet_margin,
+            ranking_loss=config.ranking_loss,
+        )
+        if config.freeze_text_encoder:  # also when starting from a checkpoint saved unfrozen
+            self.model.config.freeze_text_encoder = True
+            self.model.set_text_backbone_trainable(False)
+        if config.statement_alignment_weight:
+            self.model.config.statement_alignment_weight = config.statement_alignment_weight
+        self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
+        train_ids = self.data.study_ids("train")
+        check_nonempty(train_ids, "training-split studies", self.data.directory)
+        self.store = ImageStore(
+            self.image_processor,
+            {s: self.data.studies[s] for s in self.data.study_ids()},
+            preload=config.data.preload_images,
+            progress=config.run.progress,
+        )
+        self.texts = Stage1Texts(self.model, self.tokenizer, self.data, config)
+        self.prompts = self.texts.prompts
+
+    # ---- phase 1: image-report alignment
+    def alignment_phase(self) -> Phase:
+        studies = [s for s in self.data.study_ids("train") if self.data.studies[s].report.strip()]
+        studies = studies[: self.config.data.max_train_samples or None]
+        check_nonempty(studies, "studies with reports", self.data.directory)
+        optimization = self.config.alignment
+        pooled = self.texts.pooled_reports(studies) if self.config.freeze_text_encoder else None
+        statements = self.texts.statement_table(studies) if self.config.statement_alignment_weight else None
+
+        def collate(batch_ids: list[str]) -> dict:
+            pixel_values, modality_ids = self.store.batch(batch_ids)
+            batch = {"pixel_values": pixel_values, "modality_ids": modality_ids}
+            if pooled is not None:
+                batch["report_features"] = torch.stack([pooled[s] for s in batch_ids])
+            else:
+                text = self.texts.tokenize([self.data.studies[s].report for s in batch_ids])
+                batch.update(input_ids=text["input_ids"], attention_mask=text["attention_mask"])
+            if statements is not None:
+                batch.update(self.texts.statement_batch(batch_ids, statements))
+            return batch
+
+        return Phase(
+            "stage1/alignment",
+            studies,
+            [self.data.studies[s].modality for s in studies],
+            batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
+            collate,
+            lambda model, batch: model(**batch).loss,
+        )
 
     # ---- phase 2: entity-conditioned ranking
     def ranking_phase(self) -> Phase:
@@ -244,7 +248,7 @@ class Stage1Trainer:
         optimization = self.config.ranking
         pooled = None
         if self.config.freeze_text_encoder:  # a few dozen entity prompts, encoded once
-            pooled = self.pooled_texts({e: self.prompts[e] for e in sorted({r["entity_id"] for r in rows})}, "entities")
+            pooled = self.texts.pooled({e: self.prompts[e] for e in sorted({r["entity_id"] for r in rows})}, "entities")
 
         def collate(batch_rows: list[dict]) -> dict:
             candidates = [r["positive"] for r in batch_rows] + [r["negative"] for r in batch_rows]
@@ -328,4 +332,4 @@ def train_stage1(config: Stage1Config, stop_after: int | None = None) -> dict:
     return Stage1Trainer(config).train(stop_after=stop_after)
 
 
-__all__ = ["Stage1Trainer", "build_image_processor", "build_retrieval_model", "entity_prompts", "train_stage1"]
+__all__ = ["Stage1Texts", "Stage1Trainer", "build_image_processor", "build_retrieval_model", "train_stage1"]

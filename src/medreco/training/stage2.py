@@ -20,52 +20,19 @@ import torch
 from torch.utils.data import SequentialSampler
 from transformers import AutoTokenizer, set_seed
 
-from ..data.ontology import Ontology
-from ..data.vqa import longitudinal_questions
+from ..data.mining import MinedData
+from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
+from ..data.reports.ontology import Ontology, entity_prompts
+from ..deprecation import moved_names
 from ..factory import PRESETS, create_model, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
-from ..processing import MedReCoImageProcessor, MedReCoProcessor, train_wordpiece_tokenizer
+from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config, to_dict
-from .data import MinedData, check_nonempty, is_volumetric
+from .data import check_nonempty, is_volumetric
 from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
-from .stage1 import entity_prompts
 
 logger = logging.getLogger(__name__)
-LETTERS = "ABCD"
 MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the training conversations
-
-
-def closed_prompt(question: str, options: list[str]) -> str:
-    """The question with lettered options, as the model reads it."""
-    lines = [question, *(f"{LETTERS[i]}. {option}" for i, option in enumerate(options))]
-    return "\n".join(lines) + "\nAnswer with the letter and the option."
-
-
-def closed_answer(options: list[str], answer: str) -> str:
-    return f"{answer}. {options[LETTERS.index(answer)]}"
-
-
-def conversation(
-    question_text: str,
-    modality: str,
-    answer: str | None = None,
-    images: list | None = None,
-    entity: str | None = None,
-) -> list:
-    """A two-image conversation in the processor's chat format. Without `images` the image blocks
-    are placeholders that TRL's collator fills from the dataset's `images` column. `entity`: the
-    entity id the question is about, for a VLM with entity tokens."""
-    blocks = (
-        [{"type": "image", "modality": modality} for _ in range(2)]
-        if images is None
-        else [{"type": "image", "image": image, "modality": modality} for image in images]
-    )
-    if entity is not None:
-        blocks = [{**block, "entity": entity} for block in blocks]
-    messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": question_text}]}]
-    if answer is not None:
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    return messages
 
 
 def closed_rows(data: MinedData, split: str, include_longitudinal: bool = True) -> list[dict]:
@@ -423,6 +390,9 @@ class Stage2Trainer:
 def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:
     return Stage2Trainer(config).train(max_steps)
 
+
+# names that moved to their owners (kept for one release)
+__getattr__ = moved_names(__name__, {"LETTERS": "medreco.data.mining.vqa"})
 
 __all__ = [
     "Stage2Trainer",

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..longitudinal import CHANGE_LABELS as _ALL_CHANGE_LABELS
-from ..longitudinal import INVERSE as INVERSE_CHANGE
+from ..mining.longitudinal import CHANGE_LABELS as _ALL_CHANGE_LABELS
+from ..mining.longitudinal import INVERSE as INVERSE_CHANGE
 
 CHANGE_LABELS = _ALL_CHANGE_LABELS[:-1]  # the cohort's changes are all comparable by construction
 LOBES = {

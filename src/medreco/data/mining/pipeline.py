@@ -1,0 +1,357 @@
+"""`medreco mine`: from a manifest of studies (images + reports) to supervision datasets.
+
+Steps: read the manifest -> patient-level splits -> decompose every report (in parallel, cached
+on disk so an interrupted run resumes) -> retrieval triplets and benchmark queries -> longitudinal
+change labels -> comparative VQA with its filters -> Hugging Face `datasets` saved to disk.
+
+Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` and optionally
+`study_id`, `study_date` (ISO date) or `study_day` (integer), and `source` (rows whose source is
+listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
+`manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
+
+    studies/       study_id, patient_id, modality, image (see `image_path_beside`), report, split,
+                   statements (entity_id -> status, text)
+    triplets/      anchor, positive, negative, entity_id, modality, split
+    retrieval/     query, entity_id, modality, split, gallery, relevant, irrelevant (every split: train/validation
+                   queries label the reranker's candidates and stage 1's in-batch negatives; test and
+                   external queries are the benchmark)
+    longitudinal/  prior, current, patient_id, entity_id, label, attribute, split
+    vqa/           study_a, study_b, entity_id, dimension, question, options, answer, open_question,
+                   open_answer, labels, split
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ...errors import MedReCoError
+from ..reports.decomposition import EntityStatement, MentionStatus, ReportDecomposition, RuleBasedDecomposer
+from .longitudinal import consistent_change_label
+from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
+from .splits import assign_splits, check_patients
+from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
+from .vqa import filter_vqa, vqa_over_pairs
+
+logger = logging.getLogger(__name__)
+REQUIRED_COLUMNS = ("image", "report", "patient_id", "modality")
+
+
+class ManifestError(MedReCoError, ValueError):
+    """A manifest that cannot be read, names the file and the problem."""
+
+
+class MiningWorkerError(MedReCoError, RuntimeError):
+    """The processes decomposing reports in parallel died."""
+
+
+ENTITY_LEVELS = {"anatomy", "abnormal", "disease"}
+
+
+@dataclass
+class MiningConfig:
+    """Settings of a mining run; thresholds default to the paper's (0.9 / 0.3 for every metric)."""
+
+    split_fractions: dict[str, float] = field(default_factory=lambda: {"train": 0.8, "validation": 0.1, "test": 0.1})
+    split_salt: str = "medreco"
+    # Report-similarity metrics that must all agree for a pair to be labelled (names: SIMILARITY_METRICS)
+    metrics: tuple[str, ...] = ("embedding", "agreement")
+    text_encoder: str = "bundled:minilm"  # the embedding metric's model
+    positive_threshold: float | dict[str, float] = 0.9
+    negative_threshold: float | dict[str, float] = 0.3
+    triplets_per_anchor: int = 2
+    vqa_pairs_per_group: int = 2000
+    levels: tuple[str, ...] = ("abnormal", "disease")
+    external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
+    workers: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        unknown = sorted(set(self.levels) - ENTITY_LEVELS)
+        if unknown or not self.levels:
+            raise ValueError(f"entity levels {unknown or '(none)'} unknown; choose from {sorted(ENTITY_LEVELS)}")
+        unknown = sorted(set(self.metrics) - set(SIMILARITY_METRICS))
+        if unknown or not self.metrics:
+            raise ValueError(f"similarity metrics {unknown or '(none)'} unknown; choose from {SIMILARITY_METRICS}")
+
+
+def read_study_manifest(path: str | Path) -> list[dict]:
+    """Rows of a CSV or JSONL manifest, with `study_id` filled in and paths made absolute."""
+    path = Path(path)
+    if not path.exists():
+        raise ManifestError(f"{path}: no such manifest")
+    try:
+        if path.suffix == ".csv":
+            with open(path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+        else:
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:
+        raise ManifestError(f"{path}: not a readable CSV/JSONL manifest ({error.__class__.__name__})") from None
+    for index, row in enumerate(rows):
+        missing = [c for c in REQUIRED_COLUMNS if not row.get(c)]
+        if missing:
+            raise ManifestError(f"{path}: row {index + 1} lacks {', '.join(missing)}")
+        row.setdefault("study_id", f"study-{index:06d}")
+        image = Path(row["image"])
+        row["image"] = str(image if image.is_absolute() else path.parent / image)
+    ids = [r["study_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ManifestError(f"{path}: study_id values repeat")
+    return rows
+
+
+def _decompose_one(args: tuple[str, str, str]) -> tuple[str, dict]:
+    study_id, report, modality = args
+    decomposer = _worker_decomposer()
+    result = decomposer.decompose(report, modality)
+    return study_id, {k: {"status": v.status.value, "sentences": v.sentences} for k, v in result.mentioned().items()}
+
+
+_DECOMPOSER: RuleBasedDecomposer | None = None
+
+
+def _worker_decomposer() -> RuleBasedDecomposer:
+    global _DECOMPOSER  # one decomposer per worker process: building its patterns is not free
+    if _DECOMPOSER is None:
+        _DECOMPOSER = RuleBasedDecomposer()
+    return _DECOMPOSER
+
+
+def decompose_all(
+    rows: list[dict], cache_file: Path, workers: int = 1, progress: bool = True
+) -> tuple[dict[str, dict], int]:
+    """Decompositions of every row, reusing `cache_file` (JSONL, appended as it goes). Returns them
+    and how many were computed in this call."""
+    done: dict[str, dict] = {}
+    if cache_file.exists():
+        for line in cache_file.read_text().splitlines():
+            try:
+                item = json.loads(line)
+                done[item["study_id"]] = item["statements"]
+            except (json.JSONDecodeError, KeyError):
+                logger.warning("ignoring a damaged line in %s (an interrupted write)", cache_file.name)
+    todo = [(r["study_id"], r["report"], r["modality"]) for r in rows if r["study_id"] not in done]
+    if todo:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(cache_file, "a") as handle:
+            if workers > 1:
+                try:
+                    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                        results = pool.map(_decompose_one, todo, chunksize=16)
+                        for study_id, statements in tqdm(
+                            results, total=len(todo), desc="reports", disable=not progress
+                        ):
+                            done[study_id] = statements
+                            handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                except BrokenProcessPool:
+                    # spawned workers re-import the calling script; an unguarded script mines again in each
+                    raise MiningWorkerError(
+                        f"the {workers} report-decomposition workers died ({len(done)} reports kept in "
+                        f"{cache_file}). From a Python script, call mining under "
+                        "`if __name__ == '__main__':` (workers are spawned processes that import the script), "
+                        "or use workers=1."
+                    ) from None
+            else:
+                for item in tqdm(todo, desc="reports", disable=not progress):
+                    study_id, statements = _decompose_one(item)
+                    done[study_id] = statements
+                    handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                    handle.flush()  # a kill loses at most the line being written
+    return done, len(todo)
+
+
+def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None = None, progress: bool = True) -> dict:
+    """Run the whole pipeline; returns counts of what was written."""
+    import datasets
+
+    config = config or MiningConfig()
+    out = Path(out_dir)
+    rows = read_study_manifest(manifest)
+    studies = split_studies(rows, config)
+    raw, computed = decompose_all(rows, out / "cache" / "decompositions.jsonl", config.workers, progress)
+    ontology = _worker_decomposer().ontology
+    decompositions = _as_decompositions(rows, raw, ontology)
+    entity_ids = sorted(
+        {e.id for m in {r["modality"] for r in rows} for level in config.levels for e in ontology.entities(m, level)}
+    )
+
+    similarity = ReportSimilarity(
+        [build_similarity_metric(name, config.text_encoder) for name in config.metrics],
+        SimilarityThresholds(config.positive_threshold, config.negative_threshold),
+    )
+    triplets = build_triplets(decompositions, studies, entity_ids, similarity, config.triplets_per_anchor, config.seed)
+    retrieval = [
+        query
+        for split in ("train", "validation", "test", "external")
+        for query in build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split=split)
+    ]
+    longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids)
+    vqa, report = comparative_vqa(decompositions, studies, entity_ids, ontology, config)
+
+    tables = {
+        "studies": [
+            {
+                **{k: r[k] for k in ("study_id", "patient_id", "modality", "report")},
+                "image": image_path_beside(r["image"], out),
+                "split": studies[r["study_id"]].split,
+                "statements": json.dumps(raw[r["study_id"]]),
+            }
+            for r in rows
+        ],
+        "triplets": [t.to_dict() for t in triplets],
+        "retrieval": [vars(q) for q in retrieval],
+        "longitudinal": longitudinal,
+        "vqa": [
+            {
+                **{k: v for k, v in s.to_dict().items() if k != "meta"},
+                "labels": list(s.labels),
+                "split": studies[s.study_a].split,
+            }
+            for s in vqa
+        ],
+    }
+    for name, table in tables.items():
+        _save_atomically(datasets.Dataset.from_list(table) if table else None, out / name)
+    summary = {name: len(table) for name, table in tables.items()}
+    summary.update(
+        decomposed_now=computed,
+        vqa_generated=report.generated,
+        vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
+    )
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def image_path_beside(image: str | Path, mined_dir: Path) -> str:
+    """Where the studies table records `image`: relative to the mined folder when the image lies
+    under the folder that holds it (a project folder with `cohort/` and `mined/`, which then works
+    from any working directory and after being moved whole); absolute otherwise (an archive
+    elsewhere stays where it is when the mined folder moves)."""
+    image = Path(image).resolve()
+    try:
+        relative = os.path.relpath(image, mined_dir.resolve())
+    except ValueError:  # another drive (Windows)
+        return str(image)
+    return str(image) if relative.startswith(os.path.join(os.pardir, os.pardir)) else relative
+
+
+def split_studies(rows: list[dict], config: MiningConfig) -> dict[str, StudyInfo]:
+    """Patient-level splits before any pairing; external cohorts form their own split (Table S2)."""
+    external = {r["patient_id"] for r in rows if r.get("source") in config.external_sources}
+    internal = [r["patient_id"] for r in rows if r["patient_id"] not in external]
+    patient_splits = assign_splits(internal, config.split_fractions, config.split_salt)
+    patient_splits.update({patient: "external" for patient in external})
+    studies = {
+        r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
+        for r in rows
+    }
+    check_patients({s: i.patient_id for s, i in studies.items()}, {s: i.split for s, i in studies.items()})
+    return studies
+
+
+def _as_decompositions(rows: list[dict], raw: dict[str, dict], ontology) -> dict[str, ReportDecomposition]:
+    """The cached JSON statements back as decomposition objects."""
+    decompositions = {}
+    for row in rows:
+        statements = {
+            entity_id: EntityStatement(entity_id, MentionStatus(item["status"]), item["sentences"])
+            for entity_id, item in raw[row["study_id"]].items()
+        }
+        decompositions[row["study_id"]] = ReportDecomposition(ontology.family_of(row["modality"]), {}, statements)
+    return decompositions
+
+
+def longitudinal_labels(
+    rows: list[dict],
+    decompositions: dict[str, ReportDecomposition],
+    studies: dict[str, StudyInfo],
+    entity_ids: list[str],
+) -> list[dict]:
+    """Change labels for consecutive studies of each patient and modality (bidirectionally checked)."""
+    timelines: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        timelines.setdefault((row["patient_id"], row["modality"]), []).append(row)
+    labels = []
+    for members in timelines.values():
+        members.sort(key=lambda r: (r.get("study_date") or "", int(r.get("study_day") or 0)))
+        for prior, current in itertools.pairwise(members):
+            for entity_id in entity_ids:
+                a = decompositions[prior["study_id"]].statements.get(entity_id)
+                b = decompositions[current["study_id"]].statements.get(entity_id)
+                label = consistent_change_label(a, b) if a is not None and b is not None else None
+                if label is not None:
+                    labels.append(
+                        {
+                            "prior": prior["study_id"],
+                            "current": current["study_id"],
+                            "patient_id": prior["patient_id"],
+                            "entity_id": entity_id,
+                            "label": label.label,
+                            "attribute": label.attribute,
+                            "split": studies[current["study_id"]].split,
+                        }
+                    )
+    return labels
+
+
+def comparative_vqa(
+    decompositions, studies: dict[str, StudyInfo], entity_ids: list[str], ontology, config: MiningConfig
+):
+    """Questions over pairs of studies of one modality and split, then the filters of Table S4."""
+    entity_map = {e.id: e for e in ontology.entities()}
+    family_entities = {
+        family: [entity_map[e] for e in entity_ids if entity_map[e].family == family] for family in ontology.families
+    }
+    groups: dict[tuple[str, str], list[str]] = {}
+    for study_id, info in studies.items():
+        groups.setdefault((info.modality, info.split), []).append(study_id)
+    pairs = (
+        (a, b, studies[a].patient_id == studies[b].patient_id)
+        for _, members in sorted(groups.items())
+        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group)
+    )
+    statements = {s: d.statements for s, d in decompositions.items()}
+    samples = vqa_over_pairs(
+        pairs, statements, lambda study: family_entities[ontology.family_of(studies[study].modality)], config.seed
+    )
+    return filter_vqa(samples, statements, entity_map, config.seed)
+
+
+def _save_atomically(dataset, target: Path) -> None:
+    """Write next to the target, then swap, so a crash never leaves a half-written dataset in place."""
+    import shutil
+
+    temporary, previous = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
+    shutil.rmtree(temporary, ignore_errors=True)
+    if dataset is None:
+        temporary.mkdir(parents=True)
+    else:
+        dataset.save_to_disk(str(temporary))
+    if target.exists():
+        target.rename(previous)
+    temporary.rename(target)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+__all__ = [
+    "ManifestError",
+    "MiningConfig",
+    "MiningWorkerError",
+    "comparative_vqa",
+    "decompose_all",
+    "longitudinal_labels",
+    "mine",
+    "read_study_manifest",
+    "split_studies",
+]

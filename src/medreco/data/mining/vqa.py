@@ -1,0 +1,583 @@
+"""Comparative visual question answering from two reports (MedReCo section 4.4, Appendix S1.4).
+
+For a pair of studies and an entity, the template backend writes one closed-ended 4-option
+question per comparison dimension the two statements support (presence, side, size, number,
+margins, density, interval change for same-patient pairs) and a matching open-ended
+question-answer. Filters follow Table S4: image dependency (the answer must change when either
+image's finding changes), language prior (drop questions a text-only model answers from the
+wording alone, trained on one half and tested on the other with shuffled options), bias
+(shuffled options, swapped image order), duplicates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ..reports.attributes import read_attributes
+from ..reports.decomposition import EntityStatement, MentionStatus
+from ..reports.llm import (
+    PROMPT_IMAGE_DEPENDENCY,
+    PROMPT_OPEN_ENDED,
+    PROMPT_VQA,
+    CachedChat,
+    ChatBackend,
+    LLMError,
+    json_payload,
+)
+from ..reports.ontology import Entity
+from .longitudinal import consistent_change_label
+
+logger = logging.getLogger(__name__)
+LETTERS = "ABCD"
+
+
+def closed_prompt(question: str, options: list[str]) -> str:
+    """The question with lettered options, as the model reads it."""
+    lines = [question, *(f"{LETTERS[i]}. {option}" for i, option in enumerate(options))]
+    return "\n".join(lines) + "\nAnswer with the letter and the option."
+
+
+def closed_answer(options: list[str], answer: str) -> str:
+    """The answer to a closed question as the model says it: the letter and the option."""
+    return f"{answer}. {options[LETTERS.index(answer)]}"
+
+
+@dataclass
+class VQASample:
+    """One closed-ended question (with `options` and `answer` letter) and its open-ended twin."""
+
+    study_a: str
+    study_b: str
+    entity_id: str
+    dimension: str
+    question: str
+    options: list[str]
+    answer: str
+    open_question: str
+    open_answer: str
+    labels: tuple[str, str] = ("Case A", "Case B")
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def answer_text(self) -> str:
+        return self.options[LETTERS.index(self.answer)]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _noun(entity: Entity) -> str:
+    """How a question names the entity: its first plain synonym ("nodule", "cardiomegaly"), else its term."""
+    plain = [p for p in entity.synonyms if not p.startswith("re:")]
+    return plain[0] if plain else entity.term.split("_")[0]
+
+
+def _four(answer: str, pool: list[str], rng: np.random.Generator) -> tuple[list[str], str]:
+    distractors = [o for o in dict.fromkeys(pool) if o != answer]
+    chosen = (
+        [str(o) for o in rng.choice(distractors, size=min(3, len(distractors)), replace=False)] if distractors else []
+    )
+    options = [answer, *chosen]
+    order = rng.permutation(len(options))
+    options = [options[i] for i in order]
+    return options, LETTERS[options.index(answer)]
+
+
+def _presence(a: EntityStatement, b: EntityStatement, labels) -> str | None:
+    if {a.status, b.status} - {MentionStatus.POSITIVE, MentionStatus.NEGATIVE}:
+        return None
+    first, second = a.status is MentionStatus.POSITIVE, b.status is MentionStatus.POSITIVE
+    return {
+        (True, True): "Both cases",
+        (False, False): "Neither case",
+        (True, False): f"{labels[0]} only",
+        (False, True): f"{labels[1]} only",
+    }[(first, second)]
+
+
+def closed_questions(
+    a: EntityStatement,
+    b: EntityStatement,
+    entity: Entity,
+    rng: np.random.Generator,
+    labels=("Case A", "Case B"),
+    longitudinal: bool = False,
+) -> list[tuple[str, str, list[str], str, str]]:
+    """(dimension, question, options, answer letter, open answer) for each dimension the texts support."""
+    noun, out = _noun(entity), []
+    la, lb = labels
+    presence = _presence(a, b, labels)
+    if presence is not None:
+        pool = ["Both cases", "Neither case", f"{la} only", f"{lb} only"]
+        options, letter = _four(presence, pool, rng)
+        text = {
+            "Both cases": f"Both {la} and {lb} show {noun}.",
+            "Neither case": f"Neither case shows {noun}.",
+            f"{la} only": f"Only {la} shows {noun}.",
+            f"{lb} only": f"Only {lb} shows {noun}.",
+        }[presence]
+        out.append(("presence", f"Which case shows {noun}?", options, letter, text))
+    if a.status is MentionStatus.POSITIVE and b.status is MentionStatus.POSITIVE:
+        x, y = read_attributes(a.text), read_attributes(b.text)
+        if x.side and y.side:
+            answer = "The same side" if x.side == y.side else f"{x.side.capitalize()} in {la}, {y.side} in {lb}"
+            pool = [
+                "The same side",
+                f"{x.side.capitalize()} in {la}, {y.side} in {lb}",
+                f"{y.side.capitalize()} in {la}, {x.side} in {lb}",
+                f"Bilateral in {la}, left in {lb}",
+                f"Right in {la}, bilateral in {lb}",
+            ]
+            options, letter = _four(answer, pool, rng)
+            out.append(
+                (
+                    "location",
+                    f"How does the side of the {noun} compare between the two cases?",
+                    options,
+                    letter,
+                    f"The {noun} is on the {x.side} side in {la} and on the {y.side} side in {lb}.",
+                )
+            )
+        for name, dimension, more, less in (
+            ("size_mm", "size", "larger", "smaller"),
+            ("grade", "size", "larger", "smaller"),
+            ("number", "number", "more numerous", "fewer"),
+        ):
+            u, v = getattr(x, name), getattr(y, name)
+            if u is None or v is None or dimension in {d for d, *_ in out}:
+                continue
+            tolerance = 0.2 * max(u, v) if name == "size_mm" else 0
+            answer = (
+                "Similar in both"
+                if abs(u - v) <= tolerance
+                else (f"{more.capitalize()} in {lb}" if v > u else f"{less.capitalize()} in {lb}")
+            )
+            pool = [
+                "Similar in both",
+                f"{more.capitalize()} in {lb}",
+                f"{less.capitalize()} in {lb}",
+                f"Absent in {lb}",
+            ]
+            options, letter = _four(answer, pool, rng)
+            out.append(
+                (
+                    dimension,
+                    f"How does the {dimension} of the {noun} in {lb} compare with {la}?",
+                    options,
+                    letter,
+                    f"The {noun} is {answer[0].lower() + answer[1:]}.",
+                )
+            )
+        for name in ("margins", "density"):
+            u, v = getattr(x, name), getattr(y, name)
+            if u and v:
+                answer = f"{u.capitalize()} in {la}, {v} in {lb}" if u != v else f"{u.capitalize()} in both"
+                values = (
+                    ["smooth", "lobulated", "spiculated"]
+                    if name == "margins"
+                    else ["solid", "part-solid", "ground-glass"]
+                )
+                pool = [
+                    answer,
+                    *[f"{p.capitalize()} in {la}, {q} in {lb}" for p in values for q in values if p != q],
+                    *[f"{p.capitalize()} in both" for p in values],
+                ]
+                options, letter = _four(answer, pool, rng)
+                out.append(
+                    (
+                        name,
+                        f"How do the {name} of the {noun} compare?",
+                        options,
+                        letter,
+                        f"The {noun} is {u} in {la} and {v} in {lb}.",
+                    )
+                )
+    if longitudinal:
+        change = consistent_change_label(a, b)
+        if change is not None:
+            out.append(("change", *change_question(noun, change.label, change.attribute, rng)))
+    return out
+
+
+CHANGE_OPTIONS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
+
+
+def change_sentence(noun: str, label: str, attribute: str) -> str:
+    """The reference answer for an interval change ("The nodule has increased in size.")."""
+    if label == "new":
+        return f"The {noun} is new."
+    if label == "stable":
+        return f"The {noun} is stable."
+    if label == "qualitatively changed":
+        return f"The {noun} has changed in character."
+    detail = f" in {attribute}" if attribute not in ("presence", "overall") else ""
+    return f"The {noun} has {label}{detail}."
+
+
+def change_question(noun: str, label: str, attribute: str, rng: np.random.Generator) -> tuple:
+    """(question, four options, answer letter, open answer) asking how a finding changed."""
+    options, letter = _four(label, list(CHANGE_OPTIONS), rng)
+    question = f"How has the {noun} changed from the prior to the current study?"
+    return question, options, letter, change_sentence(noun, label, attribute)
+
+
+def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[dict]:
+    """Closed questions from the mined longitudinal table (prior, current, entity_id, label,
+    attribute): the follow-up benchmark of MedReCo section 4.4, in the VQA table's columns (the
+    prior is `study_a`, labelled "Prior"), with `label` and `attribute` kept for stratified scores."""
+    questions = []
+    for row in rows:
+        rng = np.random.default_rng(
+            int(
+                hashlib.sha256(f"{seed}:{row['prior']}:{row['current']}:{row['entity_id']}".encode()).hexdigest()[:8],
+                16,
+            )
+        )
+        noun = _noun(ontology[row["entity_id"]])
+        question, options, letter, open_answer = change_question(noun, row["label"], row["attribute"], rng)
+        questions.append(
+            {
+                "study_a": row["prior"],
+                "study_b": row["current"],
+                "entity_id": row["entity_id"],
+                "dimension": "change",
+                "question": question,
+                "options": options,
+                "answer": letter,
+                "open_question": f"Compare the {noun} between Prior and Current.",
+                "open_answer": open_answer,
+                "labels": ["Prior", "Current"],
+                "split": row["split"],
+                "label": row["label"],
+                "attribute": row["attribute"],
+            }
+        )
+    return questions
+
+
+def generate_vqa(
+    statements_a: dict[str, EntityStatement],
+    statements_b: dict[str, EntityStatement],
+    entities: list[Entity],
+    study_a: str,
+    study_b: str,
+    seed: int = 0,
+    longitudinal: bool = False,
+) -> list[VQASample]:
+    """Closed- and open-ended questions about every entity two reports let us compare."""
+    rng = np.random.default_rng(int(hashlib.sha256(f"{seed}:{study_a}:{study_b}".encode()).hexdigest()[:8], 16))
+    labels = ("Prior", "Current") if longitudinal else ("Case A", "Case B")
+    samples = []
+    for entity in entities:
+        a, b = statements_a.get(entity.id), statements_b.get(entity.id)
+        if a is None or b is None:
+            continue
+        for dimension, question, options, answer, open_answer in closed_questions(
+            a, b, entity, rng, labels, longitudinal
+        ):
+            samples.append(
+                VQASample(
+                    study_a,
+                    study_b,
+                    entity.id,
+                    dimension,
+                    question,
+                    options,
+                    answer,
+                    open_question=f"Compare the {_noun(entity)} between {labels[0]} and {labels[1]}.",
+                    open_answer=open_answer,
+                    labels=labels,
+                )
+            )
+    return samples
+
+
+def vqa_over_pairs(
+    pairs, statements: dict[str, dict[str, EntityStatement]], entities_for, seed: int = 0
+) -> list[VQASample]:
+    """Questions for many study pairs: `pairs` yields (study_a, study_b, same_patient) and
+    `entities_for(study_id)` gives the entities to ask about for a study's modality."""
+    samples = []
+    for study_a, study_b, same_patient in pairs:
+        samples += generate_vqa(
+            statements[study_a],
+            statements[study_b],
+            entities_for(study_a),
+            study_a,
+            study_b,
+            seed,
+            longitudinal=same_patient,
+        )
+    return samples
+
+
+# ----------------------------------------------------------------------------------- filters
+
+
+def _opposite(statement: EntityStatement) -> EntityStatement:
+    if statement.status is MentionStatus.POSITIVE:
+        return EntityStatement(statement.entity_id, MentionStatus.NEGATIVE, ["No finding."])
+    return EntityStatement(
+        statement.entity_id, MentionStatus.POSITIVE, ["Moderate finding on the left, 25 mm, spiculated solid."]
+    )
+
+
+def template_answer(sample: VQASample, entity: Entity):
+    """The answer the template backend gives to `sample`'s question for any two statements."""
+    rng = np.random.default_rng(0)
+
+    def answer_for(x: EntityStatement, y: EntityStatement) -> str | None:
+        questions = closed_questions(x, y, entity, rng, sample.labels, sample.dimension == "change")
+        for dimension, _, options, letter, _ in questions:
+            if dimension == sample.dimension:
+                return options[LETTERS.index(letter)]
+        return None
+
+    return answer_for
+
+
+def depends_on_both_images(sample: VQASample, a: EntityStatement, b: EntityStatement, answer_for) -> bool:
+    """Image-dependency check: the correct answer changes when either case's finding is reversed
+    (present <-> absent). `answer_for(a, b)` answers the sample's question (e.g. `template_answer`)."""
+    original = sample.answer_text
+    return answer_for(_opposite(a), b) != original and answer_for(a, _opposite(b)) != original
+
+
+def shuffle_and_swap(sample: VQASample, rng: np.random.Generator) -> VQASample:
+    """Bias mitigation: random option order, and (half the time) the two images swapped with the
+    text and answer rewritten to match."""
+    if rng.random() < 0.5 and sample.dimension not in ("change",):
+        la, lb = sample.labels
+        swap = {la: lb, lb: la}
+        pattern = re.compile("|".join(map(re.escape, (la, lb))))
+
+        def flip(text: str) -> str:
+            return pattern.sub(lambda m: swap[m.group()], text)
+
+        sample = replace(
+            sample,
+            study_a=sample.study_b,
+            study_b=sample.study_a,
+            question=flip(sample.question),
+            options=[flip(o) for o in sample.options],
+            open_answer=flip(sample.open_answer),
+            meta={**sample.meta, "swapped": True},
+        )
+    answer_text = sample.answer_text
+    order = rng.permutation(len(sample.options))
+    options = [sample.options[i] for i in order]
+    return replace(sample, options=options, answer=LETTERS[options.index(answer_text)])
+
+
+def deduplicate(samples: list[VQASample]) -> list[VQASample]:
+    """Drop repeated questions about the same pair and entity, and questions with repeated options."""
+    seen, kept = set(), []
+    for sample in samples:
+        key = (frozenset((sample.study_a, sample.study_b)), sample.entity_id, sample.dimension)
+        if key in seen or len(set(sample.options)) != len(sample.options):
+            continue
+        seen.add(key)
+        kept.append(sample)
+    return kept
+
+
+class TextOnlyAnswerer:
+    """A light text-only baseline for the language-prior filter (the paper fine-tuned an 8B LLM;
+    this offline stand-in learns how often each option wording is right for each question form)."""
+
+    def __init__(self, smoothing: float = 1.0):
+        self.smoothing = smoothing
+        self.correct: Counter = Counter()
+        self.seen: Counter = Counter()
+
+    @staticmethod
+    def _form(question: str) -> str:
+        return re.sub(r"\b(case a|case b|prior|current)\b", "", question.lower())
+
+    def fit(self, samples: list[VQASample]) -> TextOnlyAnswerer:
+        for sample in samples:
+            form = self._form(sample.question)
+            for index, option in enumerate(sample.options):
+                self.seen[(form, option.lower())] += 1
+                self.correct[(form, option.lower())] += LETTERS[index] == sample.answer
+        return self
+
+    def predict(self, question: str, options: list[str]) -> str:
+        form = self._form(question)
+        scores = [
+            math.log(
+                (self.correct[(form, o.lower())] + self.smoothing) / (self.seen[(form, o.lower())] + 2 * self.smoothing)
+            )
+            for o in options
+        ]
+        return LETTERS[int(np.argmax(scores))]
+
+
+def language_prior_filter(
+    samples: list[VQASample], seed: int = 0, attempts: int = 4, max_correct: int = 2
+) -> tuple[list[VQASample], list[VQASample]]:
+    """Split in halves; a text-only answerer trained on each half answers the other half's questions
+    `attempts` times with shuffled options; questions answered correctly more than `max_correct`
+    times are removed (paper: at least 3 of 4). Returns (kept, removed)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(samples))
+    halves = [[samples[i] for i in order[: len(order) // 2]], [samples[i] for i in order[len(order) // 2 :]]]
+    kept, removed = [], []
+    for train, test in ((halves[0], halves[1]), (halves[1], halves[0])):
+        model = TextOnlyAnswerer().fit(train)
+        for sample in test:
+            hits = 0
+            for _ in range(attempts):
+                shuffled = shuffle_and_swap(replace(sample, meta=dict(sample.meta)), rng)
+                hits += model.predict(shuffled.question, shuffled.options) == shuffled.answer
+            (removed if hits > max_correct else kept).append(sample)
+    return kept, removed
+
+
+@dataclass
+class VQAFilterReport:
+    generated: int
+    after_image_dependency: int
+    after_duplicates: int
+    after_language_prior: int
+
+    @property
+    def language_prior_removed_share(self) -> float:
+        return 1 - self.after_language_prior / self.after_duplicates if self.after_duplicates else 0.0
+
+
+def filter_vqa(
+    samples: list[VQASample],
+    statements: dict[str, dict[str, EntityStatement]],
+    entities: dict[str, Entity],
+    seed: int = 0,
+) -> tuple[list[VQASample], VQAFilterReport]:
+    """All filters of Table S4 in order; `statements[study][entity_id]` gives the texts compared."""
+    dependent = [
+        s
+        for s in samples
+        if depends_on_both_images(
+            s,
+            statements[s.study_a][s.entity_id],
+            statements[s.study_b][s.entity_id],
+            template_answer(s, entities[s.entity_id]),
+        )
+    ]
+    unique = deduplicate(dependent)
+    kept, _ = language_prior_filter(unique, seed)
+    rng = np.random.default_rng(seed)
+    final = [shuffle_and_swap(s, rng) for s in kept]
+    return final, VQAFilterReport(len(samples), len(dependent), len(unique), len(kept))
+
+
+# ------------------------------------------------------------ questions written by an LLM (prompts S4-S6)
+def llm_vqa(
+    chat: ChatBackend | CachedChat,
+    entity: Entity,
+    a: EntityStatement,
+    b: EntityStatement,
+    study_a: str,
+    study_b: str,
+    context_a: str = "",
+    context_b: str = "",
+    format_retries: int = 2,
+) -> list:
+    """Comparative questions from the model (prompt S4), each turned open-ended (prompt S5).
+    Items that fail validation (four options A-D, an answer among them) are dropped; a reply that
+    is not JSON at all is asked for again, then raises `LLMError`."""
+    prompt = PROMPT_VQA.format(
+        anatomy=entity.anatomy or entity.term,
+        abnormality=entity.term,
+        text_a=a.text or "not mentioned",
+        text_b=b.text or "not mentioned",
+        context_a=context_a or "not described",
+        context_b=context_b or "not described",
+    )
+    items = None
+    for _ in range(format_retries + 1):
+        try:
+            items = json_payload(chat.complete([{"role": "user", "content": prompt}], 1200))
+            break
+        except (ValueError, json.JSONDecodeError):
+            continue
+    if items is None:
+        raise LLMError(f"the model's comparative questions for {entity.id} were not JSON")
+    samples = []
+    for item in items if isinstance(items, list) else [items]:
+        try:
+            options = [str(item["options"][letter]) for letter in LETTERS]
+            answer = str(item["answer"]).strip().upper()[:1]
+            if answer not in LETTERS or len(set(options)) != 4:
+                raise ValueError("answer or options invalid")
+            converted = json_payload(
+                chat.complete(
+                    [
+                        {
+                            "role": "user",
+                            "content": PROMPT_OPEN_ENDED.format(
+                                question=item["question"],
+                                options=json.dumps(item["options"]),
+                                answer=answer,
+                                reason=item.get("reason", ""),
+                            ),
+                        }
+                    ],
+                    400,
+                )
+            )
+            converted = converted[0] if isinstance(converted, list) else converted
+            samples.append(
+                VQASample(
+                    study_a,
+                    study_b,
+                    entity.id,
+                    str(item.get("content_type", "")).lower() or "other",
+                    str(item["question"]),
+                    options,
+                    answer,
+                    str(converted["question"]),
+                    str(converted["answer"]),
+                    meta={"reason": item.get("reason", ""), "backend": "llm"},
+                )
+            )
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError, IndexError) as error:
+            logger.info("dropping a malformed generated question (%s)", error)
+    return samples
+
+
+def needs_two_images(question: str, chat: ChatBackend | CachedChat) -> bool:
+    """Prompt S6: the model's verdict on whether a question needs both images."""
+    reply = chat.complete([{"role": "user", "content": PROMPT_IMAGE_DEPENDENCY.format(question=question)}], 4)
+    return reply.strip().lower().startswith("yes")
+
+
+__all__ = [
+    "closed_answer",
+    "closed_prompt",
+    "llm_vqa",
+    "needs_two_images",
+    "CHANGE_OPTIONS",
+    "LETTERS",
+    "TextOnlyAnswerer",
+    "VQAFilterReport",
+    "VQASample",
+    "change_question",
+    "change_sentence",
+    "closed_questions",
+    "deduplicate",
+    "depends_on_both_images",
+    "filter_vqa",
+    "generate_vqa",
+    "language_prior_filter",
+    "longitudinal_questions",
+    "shuffle_and_swap",
+    "template_answer",
+    "vqa_over_pairs",
+]

@@ -1,0 +1,82 @@
+"""Configurations of the entity-conditioned retrieval model and its conditioner (paper, section 4.5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+from .configuration_vision import MedReCoVisionConfig, check_heads_divide
+
+# The paper's text encoder. BioLORD-2023 is an MPNet sentence encoder; its architecture is the
+# default text sub-config, and its weights are loaded by name when a model is created.
+BIOLORD_2023 = "FremyCompany/BioLORD-2023"
+
+
+@strict
+class MedReCoConditionerConfig(PreTrainedConfig):
+    r"""Settings of the entity conditioner: cross-attention layers in which one query (an entity
+    embedding, or a learned CLS when no entity is given) attends to an image's visual tokens."""
+
+    model_type = "medreco_conditioner"
+    base_config_key = "conditioner_config"
+
+    num_layers: int = 4
+    num_attention_heads: int = 8
+    intermediate_size: int = 2048
+    hidden_act: str = "gelu"
+    use_modality_experts: bool = True
+    attention_dropout: float = 0.0
+    layer_norm_eps: float = 1e-6
+    initializer_range: float = 0.02
+
+
+@strict
+class MedReCoConfig(PreTrainedConfig):
+    r"""Settings of [`MedReCoModel`]: vision encoder + text encoder + entity conditioner.
+
+    `text_config` is the architecture of any BERT-style encoder (MPNet for BioLORD-2023 by
+    default); `text_model_name_or_path` names the weights that `medreco.create_model` loads into
+    it. The shared embedding size is the vision encoder's `hidden_size`.
+
+    Losses (paper, section 4.5): symmetric image-report InfoNCE for warm-up, plus (when the
+    trainer passes mined statements) entity-statement alignment weighted by
+    `statement_alignment_weight`; entity-conditioned
+    triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), SmoothAP
+    (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
+    the learnable temperature (`ranking_loss="contrastive"`)."""
+
+    model_type = "medreco"
+    sub_configs_defaults = {
+        "vision_config": MedReCoVisionConfig,
+        "text_config": SubConfigSpec(config_class=AutoConfig, model_type="mpnet"),
+        "conditioner_config": MedReCoConditionerConfig,
+    }
+
+    vision_config: dict | PreTrainedConfig | None = None
+    text_config: dict | PreTrainedConfig | None = None
+    conditioner_config: dict | PreTrainedConfig | None = None
+    text_model_name_or_path: str | None = BIOLORD_2023
+    freeze_text_encoder: bool = False
+    conditioner_token_source: Literal["pooled", "depth"] = "pooled"
+    logit_scale_init_value: float = 2.6592
+    triplet_margin: float = 0.2
+    triplet_mining: Literal["semi_hard", "hardest", "all"] = "semi_hard"
+    ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
+    smooth_ap_temperature: float = 0.01
+    # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
+    statement_alignment_weight: float = 1.0
+    initializer_range: float = 0.02
+
+    @property
+    def projection_dim(self) -> int:
+        return self.vision_config.hidden_size
+
+    def validate_architecture(self):
+        # the conditioner works at the vision encoder's width
+        check_heads_divide(self.vision_config.hidden_size, self.conditioner_config.num_attention_heads)
+
+
+__all__ = ["BIOLORD_2023", "MedReCoConditionerConfig", "MedReCoConfig"]

@@ -1,0 +1,538 @@
+"""The entity-conditioned retrieval model (paper, section 4.5, stage 1).
+
+An image's visual tokens are turned into an entity-aware feature by a cross-attention
+conditioner whose query is the entity's text embedding (or a learned CLS query for whole-image
+retrieval). Similarity between two images under an entity is the dot product of their
+L2-normalised features (Eq. 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AutoModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+from .blocks import ModalityExpertsFeedForward, check_modality_ids
+from .configuration_retrieval import MedReCoConditionerConfig, MedReCoConfig
+from .losses import (
+    contrastive_ranking_loss,
+    smooth_ap_loss,
+    symmetric_infonce_loss,
+    triplet_loss_with_hard_negatives,
+    triplet_relevance,
+)
+from .modeling_utils import MedReCoPreTrainedModel
+from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
+
+
+@dataclass
+class ConditionerOutput(ModelOutput):
+    """features: L2-normalised entity-aware features, `(B, hidden)`, or `(E, B, hidden)` when every
+    entity was applied to every image. attention: the last layer's head-averaged attention of the
+    query over the visual tokens, `(B, N)` or `(E, B, N)`."""
+
+    features: torch.Tensor | None = None
+    attention: torch.Tensor | None = None
+
+
+@dataclass
+class MedReCoOutput(ModelOutput):
+    """Outputs of [`MedReCoModel.forward`]. Alignment fills `image_embeds`, `text_embeds`,
+    `logits_per_image` (and `statement_loss` when statements were given); ranking fills
+    `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and `similarity` `(A, C)`."""
+
+    loss: torch.Tensor | None = None
+    image_embeds: torch.Tensor | None = None
+    text_embeds: torch.Tensor | None = None
+    logits_per_image: torch.Tensor | None = None
+    statement_loss: torch.Tensor | None = None
+    anchor_embeds: torch.Tensor | None = None
+    candidate_embeds: torch.Tensor | None = None
+    similarity: torch.Tensor | None = None
+
+
+@dataclass
+class TextBatch:
+    """Texts as tokens (`input_ids`, `attention_mask`) or as the pooled outputs of a frozen text
+    backbone (`pooled`, see `MedReCoTextEncoder.pool`), which then take precedence."""
+
+    input_ids: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    pooled: torch.Tensor | None = None
+
+
+@dataclass
+class StatementBatch:
+    """Entity statements mined from a batch's reports: the batch's distinct entities (one row each),
+    the statements, `pairs` `(P, 2)` of (entity row, image row) and `groups` `(P,)` (equal ids: the
+    same statement)."""
+
+    entities: TextBatch
+    statements: TextBatch
+    pairs: torch.Tensor
+    groups: torch.Tensor | None = None
+
+
+class MedReCoTextEncoder(nn.Module):
+    """Any BERT-style encoder, mean-pooled over real tokens, projected to the shared size, L2-normalised."""
+
+    def __init__(self, text_config, projection_dim: int):
+        super().__init__()
+        self.backbone = build_text_backbone(text_config)
+        self.projection = nn.Linear(text_config.hidden_size, projection_dim, bias=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.project(self.pool(input_ids, attention_mask, token_type_ids))
+
+    def pool(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The backbone's mean-pooled output, `(B, text hidden)`: fixed while the backbone is frozen,
+        so a trainer may compute it once per text."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        hidden = self.backbone(**inputs).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Pooled backbone output -> L2-normalised shared-space embedding (fp32: similarities need it)."""
+        return nn.functional.normalize(self.projection(pooled.to(self.projection.weight.dtype)).float(), dim=-1)
+
+
+def build_text_backbone(text_config, pretrained_name_or_path: str | None = None, **kwargs) -> nn.Module:
+    """A text encoder from a config or pretrained weights, without its pooling head (mean pooling
+    replaces it, and an unused head would be dead weight in distributed training)."""
+    if pretrained_name_or_path is None:
+        backbone = AutoModel.from_config(text_config)
+    else:
+        backbone = AutoModel.from_pretrained(pretrained_name_or_path, **kwargs)
+    if getattr(backbone, "pooler", None) is not None:
+        backbone.pooler = None
+    return backbone
+
+
+def conditioning_tokens(vision_output: MedReCoVisionOutput, source: str = "pooled") -> torch.Tensor:
+    """The tokens the conditioner reads: depth-pooled `(B, N, d)`, or (`source="depth"`) all depth
+    tokens `(B, D'N, d)`."""
+    if source == "depth":
+        batch, depth, tokens, hidden = vision_output.depth_hidden_states.shape
+        return vision_output.depth_hidden_states.reshape(batch, depth * tokens, hidden)
+    return vision_output.last_hidden_state
+
+
+class EntityCrossAttentionLayer(nn.Module):
+    """One conditioner layer: the query attends to the visual tokens, then a feed-forward layer.
+
+    Queries are `(G, C, hidden)`: G query groups over C images. Keys and values are computed once
+    per image and shared by all groups, so scoring every entity against every image (the
+    pairwise case of in-batch mining and of gallery indexing) costs one small einsum, not G copies
+    of the visual tokens."""
+
+    def __init__(self, config: MedReCoConditionerConfig, hidden_size: int, num_experts: int):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = hidden_size // self.num_heads
+        self.scaling = self.head_dim**-0.5
+        self.query_norm = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        self.token_norm = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.k_proj = nn.Linear(hidden_size, hidden_size)
+        self.v_proj = nn.Linear(hidden_size, hidden_size)
+        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.mlp_norm = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        experts = num_experts if config.use_modality_experts else 1
+        self.mlp = ModalityExpertsFeedForward(hidden_size, config.intermediate_size, config.hidden_act, experts)
+        self.dropout = config.attention_dropout
+
+    def forward(
+        self, queries: torch.Tensor, visual_tokens: torch.Tensor, modality_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        groups, images, hidden = queries.shape
+        tokens = self.token_norm(visual_tokens)
+        keys = self.k_proj(tokens).view(images, -1, self.num_heads, self.head_dim)
+        values = self.v_proj(tokens).view(images, -1, self.num_heads, self.head_dim)
+        query = self.q_proj(self.query_norm(queries)).view(groups, images, self.num_heads, self.head_dim)
+        scores = torch.einsum("gchd,cnhd->gchn", query, keys) * self.scaling
+        weights = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)
+        weights = nn.functional.dropout(weights, p=self.dropout, training=self.training)
+        attended = torch.einsum("gchn,cnhd->gchd", weights, values).reshape(groups, images, hidden)
+        queries = queries + self.o_proj(attended)
+        # Route by image: the expert dimension is the image dimension (dim 0 after the transpose).
+        routed = self.mlp(self.mlp_norm(queries).transpose(0, 1), modality_ids).transpose(0, 1)
+        return queries + routed, weights.mean(dim=2)
+
+
+class MedReCoConditioner(nn.Module):
+    """Turns visual tokens plus an entity embedding into an L2-normalised entity-aware feature (Eq. 3)."""
+
+    def __init__(self, config: MedReCoConditionerConfig, hidden_size: int, num_experts: int):
+        super().__init__()
+        self.cls_query = nn.Parameter(torch.zeros(1, hidden_size))
+        # Entity queries start from the CLS query plus a learned projection of the entity embedding,
+        # so that at initialisation the (unit-norm) text embedding does not swamp the image evidence
+        # that the cross-attention adds to the residual stream.
+        self.entity_projection = nn.Linear(hidden_size, hidden_size)
+        self.layers = nn.ModuleList(
+            EntityCrossAttentionLayer(config, hidden_size, num_experts) for _ in range(config.num_layers)
+        )
+        self.final_norm = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        self.output_projection = nn.Linear(hidden_size, hidden_size)
+
+    def forward(
+        self,
+        visual_tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor | None = None,
+        entity_mask: torch.Tensor | None = None,
+        pairwise: bool = False,
+    ) -> ConditionerOutput:
+        """visual_tokens `(B, N, hidden)`. entity_embeddings: None (whole image), `(B, hidden)` one
+        entity per image, or with `pairwise=True` `(E, hidden)` each entity applied to every image.
+        entity_mask `(B,)`/`(E,)`: False rows use the CLS query instead of their entity."""
+        images, _, hidden = visual_tokens.shape
+        cls = self.cls_query.to(visual_tokens.dtype)
+        if entity_embeddings is None:
+            queries = cls.expand(1, images, hidden)
+        else:
+            entity_queries = cls + self.entity_projection(entity_embeddings.to(visual_tokens.dtype))
+            if entity_mask is not None:
+                entity_queries = torch.where(entity_mask[:, None].bool(), entity_queries, cls)
+            if pairwise:
+                queries = entity_queries[:, None, :].expand(-1, images, -1)
+            else:
+                if entity_queries.shape[0] != images:
+                    raise ValueError(
+                        f"got {entity_queries.shape[0]} entity embeddings for {images} images; pass one per "
+                        "image, or pairwise=True to apply each entity to every image"
+                    )
+                queries = entity_queries[None]
+        attention = None
+        for layer in self.layers:
+            queries, attention = layer(queries, visual_tokens, modality_ids)
+        features = nn.functional.normalize(self.output_projection(self.final_norm(queries)).float(), dim=-1)
+        if not pairwise:
+            features, attention = features[0], attention[0]
+        return ConditionerOutput(features=features, attention=attention)
+
+
+class MedReCoModel(MedReCoPreTrainedModel):
+    """Vision encoder + text encoder + entity conditioner for controllable retrieval.
+
+    Example:
+    ```python
+    >>> tokens = model.get_image_tokens(pixel_values, modality_ids)
+    >>> entity = model.get_text_embeddings(**tokenizer(["pleural effusion"], return_tensors="pt"))
+    >>> query = model.condition(tokens, modality_ids, entity.expand(len(modality_ids), -1))
+    >>> scores = query.features @ gallery_features.T
+    ```"""
+
+    config: MedReCoConfig
+    config_class = MedReCoConfig
+    main_input_name = "pixel_values"
+    input_modalities = ("image", "text")
+
+    def __init__(self, config: MedReCoConfig):
+        super().__init__(config)
+        hidden = config.vision_config.hidden_size
+        self.vision_model = MedReCoVisionModel(config.vision_config)
+        self.text_encoder = MedReCoTextEncoder(config.text_config, hidden)
+        self.conditioner = MedReCoConditioner(config.conditioner_config, hidden, config.vision_config.num_experts)
+        # shape (1,), not a 0-d scalar: DeepSpeed broadcasts parameters as byte views, which 0-d tensors refuse
+        self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
+        self.post_init()
+        if config.freeze_text_encoder:
+            self.set_text_backbone_trainable(False)
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, MedReCoModel):
+            init.constant_(module.logit_scale, self.config.logit_scale_init_value)
+
+    def set_text_backbone_trainable(self, trainable: bool) -> None:
+        """Freeze or unfreeze the pretrained text backbone; its projection always trains."""
+        self.text_encoder.backbone.requires_grad_(trainable)
+
+    def load_pretrained_text_backbone(self, name_or_path: str, **kwargs) -> None:
+        """Replace the text backbone by pretrained weights (e.g. BioLORD-2023, or the bundled MiniLM)."""
+        backbone = build_text_backbone(None, name_or_path, **kwargs)
+        if backbone.config.hidden_size != self.text_encoder.projection.in_features:
+            self.text_encoder.projection = nn.Linear(
+                backbone.config.hidden_size, self.text_encoder.projection.out_features, bias=False
+            )
+        self.text_encoder.backbone = backbone
+        self.config.text_config = backbone.config
+        self.config.text_model_name_or_path = str(name_or_path)
+        if self.config.freeze_text_encoder:
+            self.set_text_backbone_trainable(False)
+
+    def get_image_tokens(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> MedReCoVisionOutput:
+        return self.vision_model(pixel_values, modality_ids)
+
+    def conditioning_tokens(self, vision_output: MedReCoVisionOutput) -> torch.Tensor:
+        return conditioning_tokens(vision_output, self.config.conditioner_token_source)
+
+    def get_text_embeddings(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """L2-normalised embeddings of reports or entity prompts, `(B, hidden)`."""
+        return self.text_encoder(input_ids, attention_mask, token_type_ids)
+
+    def embed_unique_texts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`get_text_embeddings` with each distinct text encoded once: a batch asks about a few
+        entities many times, and the text encoder is the costliest part of a ranking step."""
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        unique, inverse = torch.unique(torch.cat([input_ids, mask], dim=1), dim=0, return_inverse=True)
+        if unique.shape[0] == input_ids.shape[0]:
+            return self.get_text_embeddings(input_ids, attention_mask)
+        width = input_ids.shape[1]
+        return self.get_text_embeddings(unique[:, :width], unique[:, width:])[inverse]
+
+    @torch.no_grad()
+    def encode_entity_texts(self, texts: list[str], tokenizer, batch_size: int = 64) -> torch.Tensor:
+        """Embeddings of free-text entity names, `(E, hidden)`; any text works, known or not."""
+        if not texts or any(not str(text).strip() for text in texts):
+            raise ValueError("entity texts must be non-empty strings")
+        device = self.logit_scale.device
+        chunks = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt"
+            )
+            chunks.append(self.get_text_embeddings(batch["input_ids"].to(device), batch["attention_mask"].to(device)))
+        return torch.cat(chunks)
+
+    def condition(
+        self,
+        visual_tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor | None = None,
+        entity_mask: torch.Tensor | None = None,
+        pairwise: bool = False,
+    ) -> ConditionerOutput:
+        modality_ids = check_modality_ids(modality_ids, visual_tokens.shape[0], self.config.vision_config.num_experts)
+        return self.conditioner(
+            visual_tokens, modality_ids.to(visual_tokens.device), entity_embeddings, entity_mask, pairwise
+        )
+
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor | None = None,
+        entity_mask: torch.Tensor | None = None,
+        pairwise: bool = False,
+    ) -> ConditionerOutput:
+        """Entity-aware features straight from pixels (whole-image features when no entity is given)."""
+        tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
+        return self.condition(tokens, modality_ids, entity_embeddings, entity_mask, pairwise)
+
+    def _embed(self, texts: TextBatch) -> torch.Tensor:
+        """Shared-space embeddings of distinct texts, from pooled backbone outputs or from tokens."""
+        if texts.pooled is not None:
+            return self.text_encoder.project(texts.pooled)
+        if texts.input_ids is None:
+            raise ValueError("texts are missing: pass their tokens or their pooled features")
+        return self.embed_unique_texts(texts.input_ids, texts.attention_mask)
+
+    def _statement_loss(
+        self,
+        tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor,
+        pairs: torch.Tensor,
+        statement_embeds: torch.Tensor,
+        groups: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """InfoNCE between entity-conditioned image features and the statements of their reports."""
+        if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] != statement_embeds.shape[0]:
+            raise ValueError(
+                f"statement_pairs must be (statements, 2) rows of (entity row, image row); got {tuple(pairs.shape)} "
+                f"for {statement_embeds.shape[0]} statements"
+            )
+        conditioned = self.condition(tokens, modality_ids, entity_embeddings, pairwise=True).features
+        image_side = conditioned[pairs[:, 0], pairs[:, 1]]
+        return symmetric_infonce_loss(image_side, statement_embeds, self.logit_scale, groups)
+
+    @staticmethod
+    def score(features_a: torch.Tensor, features_b: torch.Tensor) -> torch.Tensor:
+        """Eq. 4: dot product of L2-normalised features, broadcast over leading dimensions."""
+        return (features_a * features_b).sum(dim=-1)
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        modality_ids: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        entity_input_ids: torch.Tensor | None = None,
+        entity_attention_mask: torch.Tensor | None = None,
+        entity_mask: torch.Tensor | None = None,
+        candidate_pixel_values: torch.Tensor | None = None,
+        candidate_modality_ids: torch.Tensor | None = None,
+        relevance: torch.Tensor | None = None,
+        report_features: torch.Tensor | None = None,
+        entity_features: torch.Tensor | None = None,
+        statement_pairs: torch.Tensor | None = None,
+        statement_input_ids: torch.Tensor | None = None,
+        statement_attention_mask: torch.Tensor | None = None,
+        statement_features: torch.Tensor | None = None,
+        statement_groups: torch.Tensor | None = None,
+        return_loss: bool = True,
+        **kwargs,
+    ) -> MedReCoOutput:
+        """Two training modes.
+
+        Alignment (warm-up): images with their reports (`input_ids`, or `report_features`: the
+        reports' pooled outputs of a frozen text backbone, see `MedReCoTextEncoder.pool`), symmetric
+        InfoNCE. Optionally also with the entity statements mined from those reports: the batch's
+        distinct entities (`entity_input_ids` or `entity_features`, one row each), `statement_pairs`
+        `(P, 2)` of (entity row, image row), each pair's statement (`statement_input_ids` or
+        `statement_features`) and `statement_groups` `(P,)` (equal ids: the same statement). The
+        image's feature conditioned on the entity is aligned with what its report says about that
+        entity ("No pleural effusion." vs "Moderate right pleural effusion."): a whole report's
+        embedding barely moves when one finding is negated, a sentence's does.
+
+        Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`, or
+        `entity_features`: the prompts' pooled outputs of a frozen text backbone; neither means
+        whole-image), candidates (`candidate_pixel_values`), and `relevance` `(A, C)`. Every
+        candidate is conditioned on every anchor's entity, so all labelled pairs in the batch
+        take part in hard-negative mining. Without `relevance`, candidates are read as
+        [positives; negatives], one of each per anchor."""
+        if candidate_pixel_values is not None:
+            entity_embeddings = None
+            if entity_features is not None or entity_input_ids is not None:
+                entity_embeddings = self._embed(TextBatch(entity_input_ids, entity_attention_mask, entity_features))
+            return self.ranking_forward(
+                pixel_values,
+                modality_ids,
+                candidate_pixel_values,
+                candidate_modality_ids,
+                entity_embeddings,
+                entity_mask,
+                relevance,
+                return_loss,
+            )
+        if input_ids is None and report_features is None:
+            raise ValueError(
+                "pass input_ids or report_features (reports) for alignment, or candidate_pixel_values for ranking"
+            )
+        statements = None
+        if statement_pairs is not None:
+            statements = StatementBatch(
+                TextBatch(entity_input_ids, entity_attention_mask, entity_features),
+                TextBatch(statement_input_ids, statement_attention_mask, statement_features),
+                statement_pairs,
+                statement_groups,
+            )
+        reports = TextBatch(input_ids, attention_mask, report_features)
+        return self.alignment_forward(pixel_values, modality_ids, reports, statements, return_loss)
+
+    def alignment_forward(
+        self,
+        pixel_values: torch.Tensor,
+        modality_ids: torch.Tensor,
+        reports: TextBatch,
+        statements: StatementBatch | None = None,
+        return_loss: bool = True,
+    ) -> MedReCoOutput:
+        """The warm-up: whole-image features against their reports' embeddings (symmetric InfoNCE),
+        plus, with `statements`, the entity-statement alignment weighted by `statement_alignment_weight`."""
+        tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
+        image_embeds = self.condition(tokens, modality_ids).features
+        if reports.pooled is not None:
+            text_embeds = self.text_encoder.project(reports.pooled)
+        else:
+            text_embeds = self.get_text_embeddings(reports.input_ids, reports.attention_mask)
+        loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
+        statement_loss = None
+        if statements is not None and return_loss:
+            statement_loss = self._statement_loss(
+                tokens,
+                modality_ids,
+                self._embed(statements.entities),
+                statements.pairs,
+                self._embed(statements.statements),
+                statements.groups,
+            )
+            loss = loss + self.config.statement_alignment_weight * statement_loss
+        return MedReCoOutput(
+            loss=loss,
+            image_embeds=image_embeds,
+            text_embeds=text_embeds,
+            logits_per_image=self.logit_scale.exp() * image_embeds @ text_embeds.t(),
+            statement_loss=statement_loss,
+        )
+
+    def ranking_forward(
+        self,
+        pixel_values: torch.Tensor,
+        modality_ids: torch.Tensor,
+        candidate_pixel_values: torch.Tensor,
+        candidate_modality_ids: torch.Tensor | None,
+        entity_embeddings: torch.Tensor | None = None,
+        entity_mask: torch.Tensor | None = None,
+        relevance: torch.Tensor | None = None,
+        return_loss: bool = True,
+    ) -> MedReCoOutput:
+        """Every candidate scored under every anchor's entity (`entity_embeddings` `(A, d)`; None:
+        whole-image), with the configured ranking loss over the labelled pairs of `relevance`."""
+        anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
+        if candidate_modality_ids is None:
+            raise ValueError("candidate_modality_ids is required with candidate_pixel_values")
+        candidate_tokens = self.conditioning_tokens(
+            self.get_image_tokens(candidate_pixel_values, candidate_modality_ids)
+        )
+        if entity_embeddings is None:
+            candidates = self.condition(candidate_tokens, candidate_modality_ids).features
+            candidates = candidates[None].expand(anchor.shape[0], -1, -1)
+        else:
+            candidates = self.condition(
+                candidate_tokens, candidate_modality_ids, entity_embeddings, entity_mask, pairwise=True
+            ).features
+        similarity = self.score(anchor[:, None, :], candidates)
+        loss = self.ranking_loss(similarity, relevance) if return_loss else None
+        return MedReCoOutput(loss=loss, anchor_embeds=anchor, candidate_embeds=candidates, similarity=similarity)
+
+    def ranking_loss(self, similarity: torch.Tensor, relevance: torch.Tensor | None = None) -> torch.Tensor:
+        """The configured ranking loss (`triplet`, `smooth_ap` or `contrastive`) of an `(A, C)`
+        similarity; without `relevance`, candidates are [positives; negatives], one of each per anchor."""
+        if relevance is None:
+            if similarity.shape[1] != 2 * similarity.shape[0]:
+                raise ValueError("without relevance, candidates must be [positives; negatives], one of each per anchor")
+            relevance = triplet_relevance(similarity.shape[0], similarity.device)
+        if self.config.ranking_loss == "contrastive":
+            return contrastive_ranking_loss(similarity, relevance, self.logit_scale)
+        if self.config.ranking_loss == "smooth_ap":
+            return smooth_ap_loss(similarity, relevance, self.config.smooth_ap_temperature)
+        return triplet_loss_with_hard_negatives(
+            similarity, relevance, self.config.triplet_margin, self.config.triplet_mining
+        )
+
+
+__all__ = [
+    "ConditionerOutput",
+    "MedReCoConditioner",
+    "MedReCoModel",
+    "MedReCoOutput",
+    "MedReCoTextEncoder",
+    "StatementBatch",
+    "TextBatch",
+]

@@ -1,0 +1,218 @@
+"""`MedReCoImageProcessor`: paths, arrays or loaded images in; `pixel_values` and `modality_ids` out.
+
+Follows the Hugging Face image-processor conventions (saved as `preprocessor_config.json`,
+loadable with `AutoImageProcessor`), but speaks medical images: it reads DICOM/NIfTI/PNG through
+`medreco.processing.readers`, preprocesses by modality family, and can cache the result."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+from transformers.image_processing_base import BatchFeature
+from transformers.image_processing_utils import BaseImageProcessor
+
+from ..modeling.configuration_vision import DEFAULT_MODALITIES
+from .cache import DigestMemo, TensorCache
+from .geometry import ImageGeometry, MedicalImage
+from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image
+from .readers import ReaderOptions, load_image
+
+logger = logging.getLogger(__name__)
+
+ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage
+
+
+class MedReCoImageProcessorKwargs(TypedDict, total=False):
+    modalities: list[str]
+    recipes: dict[str, dict]
+    pad_value: float
+    tensor_cache_dir: str | None
+    cache_dtype: str
+    nan_policy: str
+    allow_uneven_spacing: bool
+
+
+class MedReCoImageProcessor(BaseImageProcessor):
+    """Preprocess medical images for the MedReCo models.
+
+    modalities: the expert id table (same order as the model's `vision_config.modalities`).
+    recipes: per-modality settings overriding `DEFAULT_RECIPES` (see `ModalityRecipe`).
+    pad_value: the value of padding everywhere (after intensity normalisation to [0, 1], before
+      the recipe's standardisation).
+    tensor_cache_dir: if set, preprocessed tensors of file inputs are cached there (see `TensorCache`).
+
+    Example:
+    ```python
+    >>> processor = MedReCoImageProcessor(tensor_cache_dir="~/.cache/medreco")
+    >>> batch = processor(["ct_series_folder/", "scan.nii.gz"], modalities="chest_ct")
+    >>> batch["pixel_values"].shape, batch["modality_ids"]
+    (torch.Size([2, 1, 240, 480, 480]), tensor([1, 1]))
+    ```"""
+
+    model_input_names = ["pixel_values", "modality_ids"]
+    valid_kwargs = MedReCoImageProcessorKwargs
+
+    def __init__(
+        self,
+        modalities: list[str] | None = None,
+        recipes: dict[str, dict] | None = None,
+        pad_value: float = 0.0,
+        tensor_cache_dir: str | None = None,
+        cache_dtype: str = "float16",
+        nan_policy: str = "raise",
+        allow_uneven_spacing: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.modalities = list(modalities or DEFAULT_MODALITIES)
+        merged = {name: recipe.to_dict() for name, recipe in DEFAULT_RECIPES.items()}
+        for name, values in (recipes or {}).items():
+            merged[name] = {**merged.get(name, {}), **values}
+        self.recipes = merged
+        self.pad_value = float(pad_value)
+        self.tensor_cache_dir = None if tensor_cache_dir is None else str(tensor_cache_dir)
+        self.cache_dtype = cache_dtype
+        self.nan_policy = nan_policy
+        self.allow_uneven_spacing = allow_uneven_spacing
+        self._digests = DigestMemo()  # not saved: to_dict leaves out private attributes
+        missing = [name for name in self.modalities if name not in self.recipes]
+        if missing:
+            raise ValueError(f"no preprocessing recipe for modalities {missing}; pass recipes={{name: {{...}}}}")
+        for name in self.modalities:  # a bad recipe fails here, named, not at the first image
+            try:
+                ModalityRecipe.from_dict(self.recipes[name])
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"preprocessing recipe of {name!r}: {error}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        # tensor_cache_dir is a setting of this machine, not of the model: it is never saved or shared
+        return {k: v for k, v in super().to_dict().items() if not k.startswith("_") and k != "tensor_cache_dir"}
+
+    def recipe(self, modality: str) -> ModalityRecipe:
+        if modality not in self.modalities:
+            raise ValueError(f"unknown modality {modality!r}; this processor knows {self.modalities}")
+        return ModalityRecipe.from_dict(self.recipes[modality])
+
+    def modality_id(self, modality: str) -> int:
+        self.recipe(modality)
+        return self.modalities.index(modality)
+
+    @property
+    def reader_options(self) -> ReaderOptions:
+        return ReaderOptions(nan_policy=self.nan_policy, allow_uneven_spacing=self.allow_uneven_spacing)
+
+    def _settings(self, modality: str) -> dict:
+        return {
+            "modality": modality,
+            "recipe": self.recipes[modality],
+            "pad_value": self.pad_value,
+            "nan_policy": self.nan_policy,
+            "allow_uneven_spacing": self.allow_uneven_spacing,
+        }
+
+    def _cache(self) -> TensorCache | None:
+        if self.tensor_cache_dir is None:
+            return None
+        return TensorCache(Path(self.tensor_cache_dir).expanduser(), getattr(torch, self.cache_dtype))
+
+    def load(self, path: str | Path) -> MedicalImage:
+        """Read a file or series with this processor's reader options, logging the reader's notes."""
+        loaded = load_image(path, self.reader_options)
+        for note in loaded.warnings:
+            logger.info("%s: %s", loaded.source, note)
+        return loaded
+
+    def preprocess_one(self, image: ImageLike, modality: str, spacing: Sequence[float] | None = None) -> torch.Tensor:
+        """One image to its model tensor `(1, D, H, W)`."""
+        recipe = self.recipe(modality)
+        if isinstance(image, (str, Path)):
+            cache = self._cache() if Path(image).exists() else None  # a missing file: the reader's error
+            key = self._digests(image, self._settings(modality)) if cache is not None else None
+            if cache is not None and (cached := cache.get(key)) is not None:
+                return cached
+            tensor = preprocess_image(self.load(image), recipe, modality, self.pad_value)
+            if cache is not None:
+                cache.put(key, tensor)
+                # the values every later read returns: a run sees the same input cold or warm
+                tensor = tensor.to(cache.dtype).float()
+            return tensor
+        if isinstance(image, MedicalImage):
+            return preprocess_image(image, recipe, modality, self.pad_value)
+        return preprocess_image(self.array_to_image(image, spacing), recipe, modality, self.pad_value)
+
+    @staticmethod
+    def array_to_image(array: np.ndarray | torch.Tensor, spacing: Sequence[float] | None = None) -> MedicalImage:
+        """Wrap a (H, W) or (D, H, W) array (canonical orientation) with its voxel spacing in mm."""
+        values = np.asarray(array.detach().cpu() if isinstance(array, torch.Tensor) else array, dtype=np.float32)
+        if values.ndim == 2:
+            values = values[None]
+        if values.ndim != 3:
+            raise ValueError(f"arrays must be (H, W) or (D, H, W); got shape {values.shape}")
+        if spacing is not None and len(spacing) == 2:
+            spacing = (1.0, *spacing)
+        geometry = ImageGeometry(
+            spacing=tuple(float(s) for s in (spacing or (1.0, 1.0, 1.0))), spacing_known=spacing is not None
+        )
+        return MedicalImage(values, geometry, source="<array>")
+
+    def __call__(
+        self,
+        images: ImageLike | Sequence[ImageLike] | Sequence[tuple[ImageLike, ...]],
+        modalities: str | Sequence[str],
+        spacing: Sequence[float] | None = None,
+        return_tensors: str | None = "pt",
+        **kwargs,
+    ) -> BatchFeature:
+        """Preprocess one image, a list, or a list of tuples (prior/current or query/candidate pairs,
+        flattened in order). `modalities` is one name for all, or one per image (or per tuple).
+        Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)`, `depth` `(N,)` (1 for 2D
+        images) and `images_per_sample`."""
+        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage)):
+            images = [images]
+        samples = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in images]
+        if isinstance(modalities, str):
+            modalities = [modalities] * len(samples)
+        if len(modalities) != len(samples):
+            raise ValueError(f"{len(modalities)} modalities for {len(samples)} samples")
+        tensors, ids = [], []
+        for sample, modality in zip(samples, modalities):
+            for image in sample:
+                tensors.append(self.preprocess_one(image, modality, spacing))
+                ids.append(self.modality_id(modality))
+        shapes = {tuple(t.shape) for t in tensors}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"images of different shapes cannot share a batch: {sorted(shapes)}; batch 2D and 3D separately"
+            )
+        data = {
+            "pixel_values": torch.stack(tensors),
+            "modality_ids": torch.tensor(ids, dtype=torch.long),
+            "images_per_sample": torch.tensor([len(s) for s in samples], dtype=torch.long),
+            "depth": torch.tensor([t.shape[1] for t in tensors], dtype=torch.long),  # 1 for 2D images
+        }
+        return BatchFeature(data=data, tensor_type=return_tensors)
+
+
+def write_model_input(
+    image: ImageLike, modality: str, out: str | Path, options: ReaderOptions | None = None
+) -> torch.Tensor:
+    """Read and preprocess one image with the default recipes and save its tensor as safetensors
+    (key `pixel_values`, the modality in the metadata), written atomically; returns the tensor."""
+    from safetensors.torch import save_file
+
+    from ..atomic import atomic_path
+
+    processor = MedReCoImageProcessor()
+    tensor = processor.preprocess_one(load_image(image, options or ReaderOptions()), modality)
+    metadata = {"modality": modality, "modality_id": str(processor.modality_id(modality))}
+    with atomic_path(out) as temporary:
+        save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
+    return tensor
+
+
+__all__ = ["MedReCoImageProcessor", "write_model_input"]

@@ -1,0 +1,68 @@
+import pytest
+
+from medreco.data.mining.benchmark import score_decomposition
+from medreco.data.phantom import PhantomConfig, generate_cohort
+from medreco.data.reports.decomposition import EmptyReportError, MentionStatus, RuleBasedDecomposer, split_sections
+
+P, N, U = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN
+
+
+@pytest.fixture(scope="module")
+def decomposer():
+    return RuleBasedDecomposer()
+
+
+@pytest.mark.parametrize(
+    ("sentence", "term", "expected"),
+    [
+        ("No new effusion.", "pleural effusion", N),
+        ("The effusion has resolved.", "pleural effusion", N),
+        ("Cannot exclude pneumonia.", "pneumonia", U),
+        ("Pneumonia cannot be excluded.", "pneumonia", U),
+        ("Heart size is normal.", "cardiac chamber enlargement", N),
+        ("The cardiac silhouette is within normal limits.", "cardiac chamber enlargement", N),
+        ("The heart is moderately enlarged.", "cardiac chamber enlargement", P),
+        ("Small left pleural effusion, not significantly changed.", "pleural effusion", P),
+        ("Stable right effusion, no significant change.", "pleural effusion", P),
+        ("No focal consolidation, effusion, or pneumothorax.", "pleural effusion", N),
+        ("No focal consolidation, effusion, or pneumothorax.", "lung consolidation", N),
+        ("There is no consolidation, but a small effusion is present.", "pleural effusion", P),
+        ("There is no consolidation, but a small effusion is present.", "lung consolidation", N),
+        ("Patchy opacity at the left base may represent atelectasis.", "atelectasis", U),
+        ("Interval resolution of the right upper lobe nodule.", "solitary pulmonary nodule and mass", N),
+        ("Mediastinal lymph nodes are not enlarged.", "lymph node enlargement in the mediastinum", N),
+        ("Findings suggestive of early pneumonia in the right lower lobe.", "pneumonia", U),
+        ("A 9 mm spiculated nodule in the left upper lobe is new.", "solitary pulmonary nodule and mass", P),
+    ],
+)
+def test_negation_and_uncertainty(decomposer, sentence, term, expected):
+    result = decomposer.decompose(sentence, "chest_xray")
+    entity = decomposer.ontology.find(term, "chest_xray")
+    assert result.status(entity.id) is expected, result.mentioned()
+
+
+def test_entity_text_sections_and_anatomy(decomposer):
+    report = (
+        "INDICATION: History of pneumonia.\n\nFINDINGS: Moderate left pleural effusion. Heart size is normal. "
+        "The lungs are otherwise clear.\n\nIMPRESSION: Moderate left pleural effusion."
+    )
+    result = decomposer.decompose(report, "chest_xray")
+    pneumonia = decomposer.ontology.find("pneumonia", "chest_xray")
+    assert result.status(pneumonia.id) is MentionStatus.NOT_MENTIONED  # the indication is not a finding
+    effusion = result.statements[decomposer.ontology.find("pleural effusion", "chest_xray").id]
+    assert effusion.status is P and effusion.text == "Moderate left pleural effusion."
+    pleura = decomposer.ontology.find("pleura", "chest_xray")
+    assert result.status(pleura.id) is P  # the finding informs its anatomy
+    assert set(split_sections(report)) == {"preamble", "indication", "findings", "impression"}
+
+
+def test_empty_report(decomposer):
+    with pytest.raises(EmptyReportError):
+        decomposer.decompose("   ", "chest_ct")
+
+
+def test_status_accuracy_on_the_synthetic_cohort(decomposer, tmp_path):
+    generate_cohort(PhantomConfig(num_patients=15, size="tiny", seed=11), tmp_path, progress=False)
+    scores = score_decomposition(decomposer, tmp_path)
+    assert scores["pairs"] > 300
+    assert scores["status_accuracy"] >= 0.95 and scores["span_recall"] >= 0.95, scores

@@ -1,0 +1,199 @@
+"""The LLM decomposition backend against a small OpenAI-compatible server on loopback, and
+through a tiny local transformers model."""
+
+import itertools
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import medreco
+from medreco.data.mining.vqa import needs_two_images
+from medreco.data.reports.decomposition import MentionStatus
+from medreco.data.reports.llm import (
+    LLMDecomposer,
+    LLMError,
+    OpenAIChatBackend,
+    TransformersChatBackend,
+    parse_json_answer,
+)
+from medreco.factory import bundled_text_encoder_path
+from medreco.processing.processing_medreco import CHAT_TEMPLATE
+
+REPORT = (
+    "FINDINGS: Small left pleural effusion. No pneumothorax. Heart size is normal.\nIMPRESSION: Small left effusion."
+)
+
+
+class FakeLLM(BaseHTTPRequestHandler):
+    """Answers like a careful extractor: sentences of the report naming the entity's last word."""
+
+    script: list = []  # per-request overrides: an int status code, or a raw reply string
+    seen: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FakeLLM.seen.append((time.monotonic(), body))
+        if FakeLLM.script:
+            action = FakeLLM.script.pop(0)
+            if isinstance(action, int):
+                self.send_response(action)
+                self.end_headers()
+                return
+            return self._reply(action)
+        prompt = body["messages"][-1]["content"] if len(body["messages"]) == 1 else body["messages"][0]["content"]
+        report = prompt.split("Report:\n", 1)[-1]
+        if "Question:" in prompt:
+            return self._reply("yes" if "compare" in prompt.lower() else "no")
+        if match := re.search(r"abnormality associated with this structure: (.+)\n", prompt):
+            word = match.group(1).split()[-1]
+            sentences = [s for s in re.split(r"(?<=\.)\s+", report) if word in s.lower()]
+            return self._reply(json.dumps({"abnormality description": " ".join(sentences) or None}))
+        name = re.search(r"\(([^)]+)\) from the provided|condition \"([^\"]+)\"", prompt)
+        word = (name.group(1) or name.group(2)).split()[-1]
+        sentences = [s for s in re.split(r"(?<=\.)\s+", report) if word in s.lower()]
+        self._reply(" ".join(sentences) or "null")
+
+    def _reply(self, text):
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    FakeLLM.script, FakeLLM.seen = [], []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeLLM)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_decomposition_through_an_openai_compatible_server(server, tmp_path):
+    backend = OpenAIChatBackend(server, "fake-llm", backoff=0.01)
+    decomposer = LLMDecomposer(backend, cache_dir=tmp_path / "cache")
+    entities = [
+        decomposer.ontology.find(t, "chest_xray")
+        for t in ("pleural effusion", "lung consolidation", "pleura", "pneumonia")
+    ]
+    result = decomposer.decompose(REPORT, "chest_xray", entities)
+    effusion, consolidation, pleura, pneumonia = (result.statements[e.id] for e in entities)
+    assert effusion.status is MentionStatus.POSITIVE and any(
+        "Small left pleural effusion." in s for s in effusion.sentences
+    )
+    assert consolidation.status is MentionStatus.NOT_MENTIONED and pneumonia.status is MentionStatus.NOT_MENTIONED
+    assert pleura.status is MentionStatus.POSITIVE
+    calls = len(FakeLLM.seen)
+    decomposer.decompose(REPORT, "chest_xray", entities)  # answered from the disk cache
+    assert len(FakeLLM.seen) == calls and decomposer.chat.calls == calls
+
+
+def test_retries_rate_limit_and_format_repair(server):
+    FakeLLM.script = [
+        500,
+        503,
+        'Sure! The description is: "effusion"',
+        json.dumps({"abnormality description": "No effusion."}),
+    ]
+    backend = OpenAIChatBackend(server, "fake-llm", backoff=0.01, requests_per_second=20)
+    decomposer = LLMDecomposer(backend)
+    effusion = decomposer.ontology.find("pleural effusion", "chest_xray")
+    statement = decomposer.decompose(REPORT, "chest_xray", [effusion]).statements[effusion.id]
+    assert statement.status is MentionStatus.NEGATIVE and statement.text == "No effusion."
+    times = [t for t, _ in FakeLLM.seen]
+    # 20 requests/s: sends at least 50 ms apart (the backoff alone would give 10-20 ms); arrival times
+    # at the server carry a few ms of scheduling jitter on a loaded machine
+    assert len(times) == 4 and min(b - a for a, b in itertools.pairwise(times)) >= 0.035
+    assert FakeLLM.seen[-1][1]["messages"][-1]["content"].startswith("Answer with the JSON object only")
+
+
+def test_unreachable_and_refusing_servers(server):
+    with pytest.raises(LLMError, match="no valid answer"):
+        OpenAIChatBackend("http://127.0.0.1:9/v1", "x", timeout=0.5, max_retries=1, backoff=0.01).complete(
+            [{"role": "user", "content": "hi"}]
+        )
+    FakeLLM.script = [401]
+    with pytest.raises(LLMError, match="HTTP 401"):
+        OpenAIChatBackend(server, "x", backoff=0.01).complete([{"role": "user", "content": "hi"}])
+    FakeLLM.script = ["not json"] * 3
+    decomposer = LLMDecomposer(OpenAIChatBackend(server, "x", backoff=0.01), format_retries=2)
+    with pytest.raises(LLMError, match="kept answering without the JSON"):
+        decomposer.extract(REPORT, decomposer.ontology.find("pleural effusion", "chest_xray"))
+
+
+def test_image_dependency_prompt(server):
+    backend = OpenAIChatBackend(server, "fake-llm")
+    assert needs_two_images("Compare the effusion in Case A and Case B.", backend)
+    assert not needs_two_images("Is there an effusion?", backend)
+
+
+def test_comparative_questions_through_the_llm(server):
+    from medreco.data.mining.vqa import llm_vqa
+    from medreco.data.reports.decomposition import EntityStatement
+
+    good = {
+        "question": "Which case shows a larger effusion?",
+        "content_type": "Size",
+        "options": {"A": "Case A", "B": "Case B", "C": "Same", "D": "Neither"},
+        "answer": "B",
+        "reason": "B is large.",
+    }
+    bad = {"question": "Broken", "options": {"A": "x", "B": "x"}, "answer": "Z"}
+    FakeLLM.script = [
+        "here you go: " + json.dumps([good, bad]),
+        json.dumps(
+            [{"question": "How does the effusion compare?", "answer": "The image from Case B shows a larger effusion."}]
+        ),
+    ]
+    backend = OpenAIChatBackend(server, "fake-llm")
+    decomposer = LLMDecomposer(backend)
+    effusion = decomposer.ontology.find("pleural effusion", "chest_xray")
+    a = EntityStatement(effusion.id, MentionStatus.POSITIVE, ["Small left effusion."])
+    b = EntityStatement(effusion.id, MentionStatus.POSITIVE, ["Large left effusion."])
+    samples = llm_vqa(backend, effusion, a, b, "s1", "s2")
+    assert len(samples) == 1 and samples[0].answer_text == "Case B" and samples[0].dimension == "size"
+    assert samples[0].open_answer.startswith("The image from Case B")
+    prompt = FakeLLM.seen[0][1]["messages"][0]["content"]
+    assert "Case A, pleural effusion: Small left effusion." in prompt and "[Pleura]" in prompt
+
+
+def test_json_answers_are_validated():
+    assert (
+        parse_json_answer('```json\n{"abnormality description": null} // none\n```', "abnormality description") is None
+    )
+    with pytest.raises(ValueError):
+        parse_json_answer('{"other": 1}', "abnormality description")
+
+
+def test_through_a_tiny_local_transformers_model():
+    tokenizer = AutoTokenizer.from_pretrained(bundled_text_encoder_path())
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = {**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(tokenizer)}
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    backend = TransformersChatBackend(model, tokenizer, "tiny-qwen2")
+    reply = backend.complete([{"role": "user", "content": "Extract the effusion."}], max_tokens=5)
+    assert isinstance(reply, str) and reply == backend.complete(
+        [{"role": "user", "content": "Extract the effusion."}], max_tokens=5
+    )
+    decomposer = LLMDecomposer(backend, max_tokens=5, format_retries=0)
+    # an untrained model answers S1 with free text (accepted) and S3 without JSON (a typed error)
+    pleura = decomposer.ontology.find("pleura", "chest_xray")
+    assert decomposer.decompose(REPORT, "chest_xray", [pleura]).statements[pleura.id].entity_id == pleura.id
+    with pytest.raises(LLMError):
+        decomposer.extract(REPORT, decomposer.ontology.find("pleural effusion", "chest_xray"))

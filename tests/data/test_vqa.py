@@ -1,0 +1,168 @@
+import itertools
+from collections import Counter
+
+import pytest
+
+from medreco.data.mining.vqa import (
+    LETTERS,
+    TextOnlyAnswerer,
+    VQASample,
+    deduplicate,
+    depends_on_both_images,
+    filter_vqa,
+    shuffle_and_swap,
+    template_answer,
+    vqa_over_pairs,
+)
+from medreco.data.phantom import PhantomConfig, generate_cohort, read_ground_truth
+from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
+
+P, N = MentionStatus.POSITIVE, MentionStatus.NEGATIVE
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vqa")
+    records = generate_cohort(PhantomConfig(num_patients=18, size="tiny", seed=4), out, progress=False)
+    decomposer = RuleBasedDecomposer()
+    statements = {r.study_id: decomposer.decompose(r.report, r.modality).statements for r in records}
+    modality = {r.study_id: r.modality for r in records}
+    pairs = [
+        (a.study_id, b.study_id, a.patient_id == b.patient_id)
+        for m in ("chest_xray", "chest_ct")
+        for a, b in itertools.combinations([r for r in records if r.modality == m], 2)
+    ]
+    samples = vqa_over_pairs(pairs, statements, lambda study: decomposer.ontology.entities(modality[study], "abnormal"))
+    return out, records, decomposer, statements, samples
+
+
+def test_questions_are_four_option_and_cover_the_dimensions(mined):
+    *_, samples = mined
+    dimensions = Counter(s.dimension for s in samples)
+    assert {"presence", "size", "location", "change"} <= set(dimensions)
+    for sample in samples:
+        assert len(sample.options) == 4 and len(set(sample.options)) == 4 and sample.answer in LETTERS
+        assert all(isinstance(o, str) for o in sample.options) and sample.open_answer
+
+
+def test_presence_answers_match_the_image_truth(mined):
+    out, records, decomposer, _, samples = mined
+    truth = {
+        r.study_id: {f["entity"]: f["present"] for f in read_ground_truth(out, r.study_id)["findings"]} for r in records
+    }
+    checked = 0
+    for sample in samples:
+        entity = decomposer.ontology[sample.entity_id]
+        present = [t for name, t in truth[sample.study_a].items() if decomposer.ontology.find(name).term == entity.term]
+        present_b = [
+            t for name, t in truth[sample.study_b].items() if decomposer.ontology.find(name).term == entity.term
+        ]
+        if sample.dimension != "presence" or not present or not present_b:
+            continue
+        first, second = sample.labels
+        expected = {
+            (True, True): "Both cases",
+            (False, False): "Neither case",
+            (True, False): f"{first} only",
+            (False, True): f"{second} only",
+        }[(present[0], present_b[0])]
+        assert sample.answer_text == expected
+        checked += 1
+    assert checked > 100
+
+
+def test_image_dependency_catches_single_image_questions():
+    a, b = EntityStatement("e", P, ["Small left effusion."]), EntityStatement("e", N, ["No effusion."])
+    sample = VQASample(
+        "a", "b", "e", "presence", "Is there an effusion in Case A?", ["Yes", "No", "Maybe", "Unknown"], "A", "q", "Yes"
+    )
+
+    def only_case_a(x, y):
+        return "Yes" if x.status is P else "No"
+
+    assert not depends_on_both_images(sample, a, b, only_case_a)
+
+    def both(x, y):
+        return "Yes" if (x.status is P) != (y.status is P) else "No"
+
+    assert depends_on_both_images(sample, a, b, both)
+
+
+def test_shuffle_and_swap_keep_the_answer_right():
+    import numpy as np
+
+    sample = VQASample(
+        "s1",
+        "s2",
+        "e",
+        "presence",
+        "Which case shows effusion?",
+        ["Case A only", "Case B only", "Both cases", "Neither case"],
+        "A",
+        "q",
+        "Only Case A shows effusion.",
+    )
+    for seed in range(10):
+        shuffled = shuffle_and_swap(sample, np.random.default_rng(seed))
+        if shuffled.meta.get("swapped"):
+            assert (shuffled.study_a, shuffled.answer_text) == ("s2", "Case B only")
+            assert shuffled.open_answer == "Only Case B shows effusion."
+        else:
+            assert shuffled.answer_text == "Case A only"
+    assert len(deduplicate([sample, sample])) == 1
+
+
+def test_filters_and_the_language_prior(mined):
+    _, _, decomposer, statements, samples = mined
+    entities = {e.id: e for e in decomposer.ontology.entities()}
+    final, report = filter_vqa(samples, statements, entities)
+    assert report.generated == len(samples) and 0 < report.after_language_prior < report.after_duplicates
+    assert 0.0 < report.language_prior_removed_share < 0.8
+    answers = Counter(s.answer for s in final)
+    assert max(answers.values()) / len(final) < 0.35  # no letter dominates after shuffling
+    # the text-only answerer really learns priors: on a skewed toy set it picks the frequent answer
+    skewed = [
+        VQASample(
+            "a", "b", "e", "change", "How has it changed?", ["stable", "new", "resolved", "increased"], "A", "q", "x"
+        )
+    ] * 20
+    assert (
+        TextOnlyAnswerer().fit(skewed).predict("How has it changed?", ["new", "increased", "stable", "resolved"]) == "C"
+    )
+    assert (
+        template_answer(final[0], entities[final[0].entity_id])(
+            statements[final[0].study_a][final[0].entity_id], statements[final[0].study_b][final[0].entity_id]
+        )
+        is not None
+    )
+
+
+def test_longitudinal_questions_from_the_follow_up_table():
+    from medreco.data.mining.vqa import CHANGE_OPTIONS, LETTERS, change_sentence, longitudinal_questions
+    from medreco.data.reports.ontology import Ontology
+
+    rows = [
+        {
+            "prior": "P1-CT1",
+            "current": "P1-CT2",
+            "entity_id": "ct/abnormal/pleural-effusion@pleura",
+            "label": label,
+            "attribute": attribute,
+            "split": "test",
+        }
+        for label, attribute in (("new", "presence"), ("increased", "size"), ("stable", "overall"))
+    ]
+    questions = longitudinal_questions(rows, Ontology.load(), seed=3)
+    assert questions == longitudinal_questions(rows, Ontology.load(), seed=3)  # reproducible
+    for row, question in zip(rows, questions):
+        assert question["study_a"] == "P1-CT1" and question["study_b"] == "P1-CT2"
+        assert len(question["options"]) == 4 and len(set(question["options"])) == 4
+        assert set(question["options"]) <= set(CHANGE_OPTIONS)
+        assert question["options"][LETTERS.index(question["answer"])] == row["label"]
+        assert "pleural effusion" in question["question"] and question["label"] == row["label"]
+    assert [q["open_answer"] for q in questions] == [
+        "The pleural effusion is new.",
+        "The pleural effusion has increased in size.",
+        "The pleural effusion is stable.",
+    ]
+    assert change_sentence("nodule", "qualitatively changed", "margins") == "The nodule has changed in character."

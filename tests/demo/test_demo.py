@@ -1,0 +1,208 @@
+"""`medreco demo --quick`: the main job end to end on the synthetic cohort, from the CLI.
+
+The quick run checks the pipeline, not the science: in three minutes the tiny models stay near
+chance (entity and holistic Recall@1 within noise of each other, measured with 40, 80 and 120
+patients, with bf16 and float32, larger batches and a reduced catalogue of conspicuous findings).
+The retrieval claim is checked in CI on the default run's cohort and stage-1 model instead
+(`test_entity_beats_holistic_on_the_default_cohort`, ~7 minutes); the whole default run's claims
+by the opt-in test at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from transformers import AutoImageProcessor, AutoModel, AutoModelForImageTextToText, AutoProcessor
+
+from medreco.cli import main
+from medreco.data.mining import MinedData
+from medreco.demo.pipeline import DemoConfig, prepare_data, train_demo_stage
+from medreco.demo.report import html_report, markdown_report
+from medreco.evaluation import evaluate_retrieval
+from medreco.inference import RetrievalEncoder
+
+SYSTEMS = ("entity", "entity+rerank", "holistic")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--quick", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_demo_writes_metrics_with_the_documented_schema(demo):
+    metrics = json.loads((demo / "metrics.json").read_text())
+    assert set(metrics) >= {"retrieval", "vqa", "longitudinal", "wall_time_seconds", "run", "montage"}
+    assert set(metrics["retrieval"]) == {"chest_xray", "chest_ct", "all"}
+    for modality, levels in metrics["retrieval"].items():
+        assert "all" in levels and "abnormality" in levels, modality
+        for entry in levels.values():
+            assert entry["queries"] > 0
+            for system in SYSTEMS:
+                stats = entry[system]
+                for k in (1, 3, 5):
+                    assert 0.0 <= stats[f"recall@{k}"] <= 1.0
+                    low, high = stats[f"recall@{k}_ci95"]
+                    assert low <= stats[f"recall@{k}"] <= high
+                assert stats["recall@1"] <= stats["recall@3"] <= stats["recall@5"]
+            assert "entity vs holistic" in entry["mcnemar_recall@1"]
+    closed = metrics["vqa"]["closed"]
+    assert closed["vlm"]["questions"] == closed["text_only"]["questions"] > 0
+    assert 0.0 <= closed["vlm"]["accuracy"] <= 1.0 and 0.0 <= closed["text_only"]["accuracy"] <= 1.0
+    assert closed["scoring"] == "answer" and set(closed["by_scoring"]) == {"letter", "answer"}
+    assert closed["by_scoring"]["answer"] == {**closed["vlm"], "mcnemar": closed["mcnemar"]}
+    assert closed["by_scoring"]["letter"]["questions"] == closed["vlm"]["questions"]
+    report_metrics = {"ratescore", "radgraph"}  # scored when installed, else the reason is recorded
+    assert set(metrics["vqa"]["open_ended"]) - report_metrics == {
+        "questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"
+    }  # fmt: skip
+    assert (
+        set(metrics["vqa"]["open_ended"]) & report_metrics | set(metrics["vqa"]["unavailable_metrics"])
+        == report_metrics
+    )
+    follow_up = metrics["longitudinal"]
+    assert follow_up["questions"] > 0
+    matrix = follow_up["confusion"]["matrix"]
+    assert sum(map(sum, matrix)) == follow_up["questions"]
+    correct = sum(matrix[i][i] for i in range(len(matrix)))
+    assert correct == pytest.approx(follow_up["accuracy"] * follow_up["questions"])
+    assert set(follow_up) >= {"by_entity", "by_attribute", "by_label"}
+    times = metrics["wall_time_seconds"]
+    assert set(times) >= {"cohort", "mining", "stage1", "reranker", "stage2", "evaluation", "total"}
+    assert times["total"] >= sum(v for k, v in times.items() if k != "total") - 1
+
+
+def test_demo_writes_reports_figures_and_loadable_models(demo):
+    for name in ("report.md", "report.html", "figures/recall_bars.png", "figures/confusion.png", "figures/montage.png"):
+        assert (demo / name).stat().st_size > 0, name
+    html = (demo / "report.html").read_text()
+    assert "<table>" in html and 'src="figures/recall_bars.png"' in html and "Recall" in html
+    models = demo / "models"
+    retrieval = AutoModel.from_pretrained(models / "stage1" / "final")
+    assert retrieval.config.model_type == "medreco"
+    assert AutoImageProcessor.from_pretrained(models / "stage1" / "final") is not None
+    assert AutoModel.from_pretrained(models / "reranker" / "final").config.model_type == "medreco_reranker"
+    vlm = AutoModelForImageTextToText.from_pretrained(models / "stage2" / "final")
+    assert vlm.config.model_type == "medreco_vlm"
+    assert AutoProcessor.from_pretrained(models / "stage2" / "final") is not None
+
+
+def test_demo_privacy_nothing_identifying_in_outputs(demo):
+    """The cohort's DICOM files carry fake names, IDs and institutions; none may reach the outputs."""
+    import pydicom
+
+    first = next((demo / "cohort" / "patients").rglob("*.dcm"))
+    header = pydicom.dcmread(first, stop_before_pixels=True)
+    secrets = [str(header.PatientName), str(header.PatientID), str(header.InstitutionName)]
+    cards = [f"models/{stage}/final/README.md" for stage in ("stage1", "reranker", "stage2")]
+    for name in ("metrics.json", "report.md", "report.html", "retrieval_queries.json", *cards):
+        text = (demo / name).read_text()
+        for secret in secrets:
+            assert secret not in text, (name, secret)
+
+
+def test_demo_models_carry_hub_model_cards(demo):
+    from huggingface_hub import ModelCard
+
+    for stage, tag in (("stage1", "medreco-retrieval"), ("reranker", "medreco-reranker"), ("stage2", "medreco-vlm")):
+        card = ModelCard.load(demo / "models" / stage / "final" / "README.md")
+        assert card.data.library_name == "transformers" and tag in card.data.tags
+        assert "synthetic" in card.text and "No patient data" in card.text and "| phase | steps |" in card.text
+        assert "## Evaluation" in card.text and "not for clinical use" in card.text
+
+
+def test_model_card_refuses_unknown_families():
+    from medreco.hub import model_card
+
+    with pytest.raises(ValueError, match="unknown family"):
+        model_card("segmenter")
+    text = model_card("reranker", {"reranker": {"steps": 3, "first_loss": 0.7, "last_loss": 0.5}}).text
+    assert "| reranker | 3 | 0.7000 | 0.5000 |" in text and "AutoModel" in text
+
+
+def test_demo_rerun_reuses_finished_steps(demo, capsys):
+    before = (demo / "models" / "stage1" / "final" / "model.safetensors").stat().st_mtime_ns
+    assert main(["demo", "--quick", "--out", str(demo), "--quiet"]) == 0
+    assert (demo / "models" / "stage1" / "final" / "model.safetensors").stat().st_mtime_ns == before
+    metrics = json.loads((demo / "metrics.json").read_text())
+    assert "stage1" not in metrics["wall_time_seconds"]  # not retrained
+    assert "Recall@1" in capsys.readouterr().out
+
+
+def test_markdown_and_html_reports_render_tables():
+    entry = {
+        "queries": 4,
+        **{
+            s: {
+                **{f"recall@{k}": 0.5 for k in (1, 3, 5)},
+                **{f"recall@{k}_ci95": [0.2, 0.8] for k in (1, 3, 5)},
+                "ndcg@5": 0.5,
+            }
+            for s in SYSTEMS
+        },
+        "mcnemar_recall@1": {"entity vs holistic": {"b": 1, "c": 0, "p_value": 1.0}},
+    }
+    rate = {"accuracy": 0.5, "questions": 2, "ci95": [0.1, 0.9]}
+    metrics = {
+        "retrieval": {"all": {"all": entry}},
+        "vqa": {
+            "closed": {
+                "scoring": "answer",
+                "vlm": rate,
+                "text_only": rate,
+                "mcnemar": {"p_value": 1.0},
+                "by_scoring": {name: {**rate, "mcnemar": {"p_value": 1.0}} for name in ("answer", "letter")},
+                "by_dimension": {"presence": rate},
+            },
+            "open_ended": {"questions": 1, "bleu": 0.1},
+            "examples": [{"study_a": "a", "study_b": "b", "question": "q?", "reference": "r <b>", "answer": ""}],
+        },
+        "longitudinal": {**rate, "by_label": {"new": rate}, "by_attribute": {}, "by_entity": {}},
+    }
+    markdown = markdown_report(metrics)
+    assert "| all | all | 4 | entity | 50.0 [20.0-80.0]" in markdown
+    assert "answer likelihood) | 50.0 [10.0-90.0] | 2 |" in markdown and "letter p = 1" in markdown
+    page = html_report(markdown)
+    assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
+    assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped
+
+
+def test_entity_beats_holistic_on_the_default_cohort(tmp_path):
+    """Issue 6's retrieval claim, in CI: the default demo's cohort (400 patients, several findings per
+    study), mining and stage-1 training, exactly as `medreco demo` runs them; on the test split,
+    entity-conditioned Recall@1 beats the same model's whole-image (holistic) Recall@1 by McNemar at
+    p < 0.05. With seed 0 (this test's, and the demo's) stage 1 gives 42.8% vs 38.0%, p = 0.002;
+    seeds 0-3 were ahead by 4.8-10.4 points, p <= 0.002 (README). A run is the same in every
+    process: CI once saw p = 0.15 for this seed when string hashing still reached training."""
+    config = DemoConfig(out_dir=str(tmp_path / "demo"), progress=False)
+    mined = prepare_data(config)
+    encoder = RetrievalEncoder.from_pretrained(train_demo_stage(config, "stage1"))
+    overall = evaluate_retrieval(encoder, MinedData(mined), "test", progress=False)["summary"]["all"]["all"]
+    assert overall["queries"] >= 1000
+    assert overall["entity"]["recall@1"] > overall["holistic"]["recall@1"] > overall["chance"]["recall@1"]
+    assert overall["mcnemar_recall@1"]["entity vs holistic"]["p_value"] < 0.05
+
+
+FULL_DEMO = os.environ.get("MEDRECO_FULL_DEMO")
+
+
+@pytest.mark.skipif(
+    not FULL_DEMO,
+    reason="the default demo takes ~14 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
+)
+def test_default_demo_results_mean_something(tmp_path):
+    """Issue 6's claims on the default run: entity-conditioned Recall@1 beats holistic, and the VLM
+    beats the text-only baseline on closed questions, both by McNemar at p < 0.05 on the test split."""
+    out = Path(FULL_DEMO) if FULL_DEMO not in ("1", "true") else tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    overall = metrics["retrieval"]["all"]["all"]
+    assert overall["queries"] >= 1000
+    assert overall["entity"]["recall@1"] > overall["holistic"]["recall@1"] > overall["chance"]["recall@1"]
+    assert overall["mcnemar_recall@1"]["entity vs holistic"]["p_value"] < 0.05
+    closed = metrics["vqa"]["closed"]
+    assert closed["scoring"] == "answer" and closed["vlm"]["questions"] >= 1000
+    assert closed["vlm"]["accuracy"] > closed["text_only"]["accuracy"] and closed["mcnemar"]["p_value"] < 0.05

@@ -1,0 +1,311 @@
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from transformers import AutoModel, AutoModelForImageTextToText
+
+import medreco
+from conftest import example_inputs, tiny_model
+from test_modeling_common import ModelTesterMixin, recorded_attention
+
+BOS, EOS, CASE_A, CASE_B, QUESTION, ANSWER_A, ANSWER_B = 1, 2, 10, 11, 12, 20, 21
+
+
+class TestVLM(ModelTesterMixin):
+    """Samples are comparisons: two images each, their placeholder blocks inside the text."""
+
+    family = "vlm"
+    model_class = medreco.MedReCoForConditionalGeneration
+    model_type = "medreco_vlm"
+    auto_classes = {AutoModel: medreco.MedReCoVLMModel, AutoModelForImageTextToText: model_class}
+    input_kinds = ("2d", "3d")
+    frozen_parameter_prefixes = ("model.vision_tower.",)  # frozen by default (freeze_vision_tower)
+    causal_attention_prefixes = ("model.language_model.",)
+
+    def prepare_inputs(self, model, kind, batch_size):
+        config = model.config
+        generator = torch.Generator().manual_seed(1)
+        # text tokens anywhere in the vocabulary but the image placeholder (3)
+        text = torch.randint(4, config.text_config.vocab_size, (batch_size, 5), generator=generator)
+        block = torch.full((batch_size, config.image_seq_length), config.image_token_id)
+        input_ids = torch.cat([text[:, :2], block, text[:, 2:3], block, text[:, 3:]], dim=1)
+        depth = 1 if kind == "2d" else 4
+        return {
+            "input_ids": input_ids,
+            "pixel_values": torch.rand(2 * batch_size, 1, depth, 40, 40, generator=generator),
+            "modality_ids": self.modality_ids(2 * batch_size),
+        }
+
+    def sample(self, inputs, index):
+        images = slice(2 * index, 2 * index + 2)
+        return {
+            name: value[index : index + 1] if name in ("input_ids", "labels") else value[images]
+            for name, value in inputs.items()
+        }
+
+    def per_sample_outputs(self, outputs, batch_size):
+        images = outputs.image_hidden_states
+        per_sample = {"image_hidden_states": images.reshape(batch_size, 2, *images.shape[1:])}
+        for name in ("logits", "last_hidden_state"):  # the full model's, or the base model's
+            if outputs.get(name) is not None:
+                per_sample[name] = outputs[name]
+        return per_sample
+
+    def training_inputs(self, model, inputs):
+        # every text position is a target; the model itself leaves out the image placeholders
+        return {**inputs, "labels": inputs["input_ids"].clone()}
+
+    def attention_maps(self, model, inputs):
+        """The vision tower's (and conditioner's) maps are recorded during the forward; the language
+        model returns its own with output_attentions=True, which, as everywhere in transformers 5,
+        needs eager attention (under SDPA `attentions` is an empty tuple)."""
+        model.set_attn_implementation("eager")
+        with recorded_attention(model) as maps:
+            outputs = model(**inputs, output_attentions=True)
+        return {**maps, **{f"model.language_model.layers.{i}": value for i, value in enumerate(outputs.attentions)}}
+
+    def expected_attention_shapes(self, model, kind, batch_size):
+        images, depth = 2 * batch_size, 1 if kind == "2d" else 2
+        length = 2 * model.config.image_seq_length + 5
+        shapes = {f"model.vision_tower.spatial_layers.{i}.attention": (images * depth, 4, 16, 16) for i in range(2)}
+        if kind == "3d":
+            shapes["model.vision_tower.depth_layers.0.attention"] = (images * 16, 4, 2, 2)
+        shapes.update({f"model.language_model.layers.{i}": (batch_size, 4, length, length) for i in range(2)})
+        return shapes
+
+    def test_left_padded_batch_equals_each_sample_alone(self):
+        """Comparisons of different lengths batch only with padding: left padding (as for generation)
+        with its attention mask changes no real position's logits."""
+        model = self.get_model()
+        inputs = self.prepare_inputs(model, "2d", 3)
+        texts = [torch.cat([ids, torch.arange(20, 20 + extra)]) for ids, extra in zip(inputs["input_ids"], (0, 2, 4))]
+        width = max(len(text) for text in texts)
+        input_ids = torch.stack([torch.cat([torch.zeros(width - len(text), dtype=torch.long), text]) for text in texts])
+        attention_mask = torch.stack([torch.arange(width) >= width - len(text) for text in texts]).long()
+        with torch.no_grad():
+            batched = model(**dict(inputs, input_ids=input_ids, attention_mask=attention_mask)).logits
+            for i, text in enumerate(texts):
+                alone = model(**dict(self.sample(inputs, i), input_ids=text[None])).logits
+                torch.testing.assert_close(batched[i, width - len(text) :], alone[0], atol=1e-5, rtol=1e-5)
+
+
+ENTITIES = ["cxr/abnormal/upper-square", "cxr/abnormal/lower-square", "cxr/abnormal/unused"]
+
+
+class TestEntityTokenVLM(TestVLM):
+    """The battery again with an entity token closing each image block: images ask about the first
+    or second entity, or (-1) none; the stage-1 conditioner and the entity table stay frozen."""
+
+    overrides = {"entity_tokens": True, "entity_vocabulary": ENTITIES}
+    frozen_parameter_prefixes = ("model.vision_tower.", "model.conditioner.", "model.entity_embeddings.")
+
+    def prepare_inputs(self, model, kind, batch_size):
+        inputs = super().prepare_inputs(model, kind, batch_size)
+        return {**inputs, "entity_ids": torch.arange(2 * batch_size) % 3 - 1}
+
+    def expected_attention_shapes(self, model, kind, batch_size):
+        shapes = super().expected_attention_shapes(model, kind, batch_size)
+        # the conditioner: one query per image over its 16 depth-pooled tokens
+        shapes.update({f"model.conditioner.layers.{i}": (1, 2 * batch_size, 16) for i in range(2)})
+        return shapes
+
+
+def comparison_prompt(config) -> list[int]:
+    """[BOS, "Case A:", <image x N>, "Case B:", <image x N>, "Which case has the bright square?"]"""
+    image = [config.image_token_id] * config.image_seq_length
+    return [BOS, CASE_A, *image, CASE_B, *image, QUESTION]
+
+
+def test_projector_is_two_layer_gelu_and_the_vision_tower_can_be_unfrozen():
+    # frozen by default: TestVLM's frozen_parameter_prefixes
+    model = tiny_model("vlm")
+    projector = model.model.multi_modal_projector
+    assert projector.linear_1.out_features == projector.linear_2.in_features == model.config.text_config.hidden_size
+    unfrozen = medreco.create_model("vlm", "tiny", freeze_vision_tower=False)
+    assert all(p.requires_grad for p in unfrozen.vision_tower.parameters())
+
+
+def test_placeholder_count_must_match_images():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    with pytest.raises(ValueError, match="image placeholder tokens"):
+        model(
+            input_ids=inputs["input_ids"][:, :-5],
+            pixel_values=inputs["pixel_values"][:1],
+            modality_ids=inputs["modality_ids"][:1],
+        )
+    with pytest.raises(ValueError, match="modality_ids"):
+        model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"])
+
+
+def test_image_features_replace_placeholders():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    out = model(**inputs)
+    assert out.image_hidden_states.shape == (2, model.config.image_seq_length, model.config.text_config.hidden_size)
+    other_pixels = model(**dict(inputs, pixel_values=torch.rand_like(inputs["pixel_values"])))
+    assert not torch.allclose(out.logits[:, -1], other_pixels.logits[:, -1])
+
+
+def test_image_positions_never_contribute_to_the_loss():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    ids = inputs["input_ids"]
+    everything = model(**inputs, labels=ids.clone()).loss
+    masked_labels = ids.masked_fill(ids == model.config.image_token_id, -100)
+    assert everything.item() == pytest.approx(model(**inputs, labels=masked_labels).loss.item(), rel=1e-6)
+
+
+def test_generate_with_two_images_and_kv_cache():
+    model = tiny_model("vlm")
+    inputs = example_inputs(model)
+    cached = model.generate(**inputs, max_new_tokens=6, do_sample=False, use_cache=True)
+    uncached = model.generate(**inputs, max_new_tokens=6, do_sample=False, use_cache=False)
+    assert cached.shape == (1, inputs["input_ids"].shape[1] + 6)
+    torch.testing.assert_close(cached, uncached)
+
+
+def test_any_causal_lm_config_works():
+    llama = {
+        "model_type": "llama",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
+    model = medreco.create_model("vlm", "tiny", text_config=llama).eval()
+    out = model(**example_inputs(model))
+    assert out.logits.shape[-1] == 64
+
+
+def test_paper_size_config():
+    config = medreco.create_config("vlm", "paper")
+    assert config.image_seq_length == 576
+    assert config.text_config.model_type == "qwen2" and config.text_config.hidden_size == 3584
+    with torch.device("meta"):
+        model = medreco.MedReCoForConditionalGeneration(config)
+    assert model.model.multi_modal_projector.linear_1.in_features == 512
+
+
+def _bright_square_batch(config, n: int, generator: torch.Generator):
+    """Two images per sample; one holds a bright square. The answer names which one."""
+    which = torch.randint(0, 2, (n,), generator=generator)
+    images = torch.rand(n, 2, 1, 1, 40, 40, generator=generator) * 0.2
+    for i in range(n):
+        images[i, which[i], :, :, 10:30, 10:30] += 0.8
+    prompt = comparison_prompt(config)
+    input_ids = torch.tensor([[*prompt, ANSWER_A if w == 0 else ANSWER_B, EOS] for w in which])
+    labels = input_ids.clone()
+    labels[:, : len(prompt)] = -100  # loss on the answer only
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "pixel_values": images.reshape(2 * n, 1, 1, 40, 40),
+        "modality_ids": torch.zeros(2 * n, dtype=torch.long),
+    }, which
+
+
+def test_learns_which_of_two_images_holds_the_bright_square():
+    model = medreco.create_model("vlm", "tiny")
+    generator = torch.Generator().manual_seed(0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=3e-3)
+    losses = []
+    model.train()
+    for _ in range(80):
+        batch, _ = _bright_square_batch(model.config, 16, generator)
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10
+
+    model.eval()
+    batch, which = _bright_square_batch(model.config, 32, generator)
+    prompt_length = len(comparison_prompt(model.config))
+    generated = model.generate(
+        input_ids=batch["input_ids"][:, :prompt_length],
+        pixel_values=batch["pixel_values"],
+        modality_ids=batch["modality_ids"],
+        max_new_tokens=1,
+        do_sample=False,
+    )[:, -1]
+    expected = torch.where(which == 0, ANSWER_A, ANSWER_B)
+    assert (generated == expected).float().mean().item() >= 0.9
+
+
+def entity_vlm(**overrides):
+    return medreco.create_model("vlm", "tiny", entity_tokens=True, entity_vocabulary=ENTITIES, **overrides)
+
+
+def test_entity_tokens_end_each_image_block_and_follow_the_entity():
+    # what is frozen, and the round trip of the entity vocabulary: TestEntityTokenVLM
+    model = entity_vlm().eval()
+    grid = model.config.vision_config.grid_size
+    assert model.config.image_seq_length == grid**2 + 1
+    inputs = example_inputs(model)
+    upper = model(**inputs, entity_ids=torch.tensor([0, 0])).image_hidden_states
+    lower = model(**inputs, entity_ids=torch.tensor([1, -1])).image_hidden_states
+    assert upper.shape == (2, grid**2 + 1, model.config.text_config.hidden_size)
+    torch.testing.assert_close(upper[:, :-1], lower[:, :-1])  # the visual tokens do not depend on the entity
+    assert not torch.allclose(upper[:, -1], lower[:, -1])
+    none = model(**inputs).image_hidden_states  # no entity: every image gets its whole-image token
+    torch.testing.assert_close(none[1, -1], lower[1, -1])
+    with pytest.raises(ValueError, match="entity_ids"):
+        model(**inputs, entity_ids=torch.tensor([0, 3]))
+    with pytest.raises(StrictDataclassClassValidationError, match="entity_vocabulary"):
+        medreco.create_model("vlm", "tiny", entity_tokens=True)
+
+
+def _named_square_batch(config, n: int, generator: torch.Generator):
+    """Two grey images per sample: one holds a bright square (finding 0), the other a dark one
+    (finding 1). The question is the same token sequence every time; only the entity tokens say
+    which finding it asks about. The answer names the image that holds the named finding."""
+    images = 0.5 + torch.rand(n, 2, 1, 1, 40, 40, generator=generator) * 0.1
+    entity = torch.randint(0, 2, (n,), generator=generator)
+    which = torch.randint(0, 2, (n,), generator=generator)
+    for i in range(n):
+        bright = which[i] if entity[i] == 0 else 1 - which[i]
+        images[i, bright, :, :, 10:30, 10:30] += 0.4
+        images[i, 1 - bright, :, :, 10:30, 10:30] -= 0.4
+    prompt = comparison_prompt(config)
+    input_ids = torch.tensor([[*prompt, ANSWER_A if w == 0 else ANSWER_B, EOS] for w in which])
+    labels = input_ids.clone()
+    labels[:, : len(prompt)] = -100
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "pixel_values": images.reshape(2 * n, 1, 1, 40, 40),
+        "modality_ids": torch.zeros(2 * n, dtype=torch.long),
+        "entity_ids": entity.repeat_interleave(2),
+    }, which
+
+
+def test_learns_a_question_whose_finding_is_named_only_by_the_entity_tokens():
+    """Each image holds one of two findings; which image is the answer depends on the finding asked
+    about, which only the entity tokens carry."""
+    torch.manual_seed(0)
+    model = entity_vlm()
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    model.train()
+    for _ in range(1200):  # the answer is an XOR of entity and image: ~300-850 steps before it clicks
+        batch, _ = _named_square_batch(model.config, 16, generator)
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    batch, which = _named_square_batch(model.config, 64, generator)
+    prompt_length = len(comparison_prompt(model.config))
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"][:, :prompt_length],
+            pixel_values=batch["pixel_values"],
+            modality_ids=batch["modality_ids"],
+            entity_ids=batch["entity_ids"],
+        ).logits[:, -1]
+    chosen = torch.where(logits[:, ANSWER_A] > logits[:, ANSWER_B], 0, 1)
+    assert (chosen == which).float().mean().item() >= 0.9

@@ -1,0 +1,138 @@
+"""The package's layering, read from its import graph (every import statement, also those inside
+functions): lower layers never import higher ones, so a reader can understand each layer alone."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import medreco
+
+PACKAGE = Path(medreco.__file__).parent
+
+# From the bottom up. A module may import its own layer and the layers below it.
+LAYERS = [
+    {"errors", "atomic", "deprecation"},
+    {"modeling"},
+    {"processing", "factory", "hub"},
+    {"data"},
+    {"inference"},
+    {"training", "evaluation"},
+    {"demo"},
+    {"cli", "__main__"},
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """medreco modules (without the `medreco.` prefix) that `path` imports, anywhere in the file."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("medreco.")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+                candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)] if target else []
+            elif (node.module or "").startswith("medreco"):
+                module = node.module.removeprefix("medreco").lstrip(".")
+                candidates = [module, *(f"{module}.{alias.name}".lstrip(".") for alias in node.names)]
+            else:
+                continue
+            found |= {c for c in candidates if c and module_exists(c)}
+    return {m.removeprefix("medreco.") for m in found}
+
+
+def module_exists(name: str) -> bool:
+    path = PACKAGE.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def layer(module: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if room(module) in rooms)
+
+
+# Old paths kept for one release (their docstrings say so): aliases of the new modules, outside the layers.
+DEPRECATED = {
+    module_name(path)
+    for path in PACKAGE.rglob("*.py")
+    if (ast.get_docstring(ast.parse(path.read_text())) or "").startswith("Deprecated path")
+}
+
+
+def is_deprecated(module: str) -> bool:
+    return any(module == old or module.startswith(f"{old}.") for old in DEPRECATED)
+
+
+GRAPH = {
+    module_name(path): imported_modules(path)
+    for path in sorted(PACKAGE.rglob("*.py"))
+    if module_name(path) and not is_deprecated(module_name(path))
+}
+
+
+def test_the_graph_is_read():
+    assert "modeling.configuration_vision" in GRAPH["modeling.modeling_vision"]
+    assert "data.reports.decomposition" in GRAPH["inference.comparison"]
+    assert "inference" in GRAPH["cli"]  # a lazy import inside a function counts
+    assert "training.loop" in GRAPH["training.stage1"]
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [m for m in GRAPH if not any(room(m) in rooms for rooms in LAYERS)] == []
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_module_imports_a_higher_layer_or_an_old_path(module):
+    upward = sorted(m for m in GRAPH[module] if layer(m) > layer(module))
+    old = sorted(m for m in GRAPH[module] if is_deprecated(m))
+    assert upward == [] and old == [], f"{module} imports {upward or old}"
+
+
+def test_modeling_imports_nothing_outside_itself():
+    """`modeling/` is exported as is next to a checkpoint for `trust_remote_code` loading."""
+    for module, imports in GRAPH.items():
+        if room(module) == "modeling":
+            assert {room(m) for m in imports} <= {"modeling"}, module
+            source = PACKAGE.joinpath(*module.split(".")).with_suffix(".py")
+            if source.exists():
+                assert "medreco" not in {
+                    (node.module or "").split(".")[0]
+                    for node in ast.walk(ast.parse(source.read_text()))
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                }, f"{module}: absolute medreco import"
+
+
+def test_inference_never_imports_training_evaluation_or_demo():
+    for module, imports in GRAPH.items():
+        if room(module) == "inference":
+            assert not {room(m) for m in imports} & {"training", "evaluation", "demo", "cli"}, module
+
+
+def test_training_and_evaluation_never_import_each_other():
+    for module, imports in GRAPH.items():
+        other = {"training": "evaluation", "evaluation": "training"}.get(room(module))
+        if other:
+            assert other not in {room(m) for m in imports}, module
+
+
+def test_processing_imports_nothing_above_it():
+    allowed = {"processing", "modeling", "errors", "atomic", "deprecation"}
+    for module, imports in GRAPH.items():
+        if room(module) == "processing":
+            assert {room(m) for m in imports} <= allowed, module

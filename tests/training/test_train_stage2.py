@@ -1,0 +1,138 @@
+"""Stage 2 with TRL's SFTTrainer: two images per sample, LoRA, entity tokens, a learned vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForImageTextToText
+
+from medreco.training import RecipeError
+from medreco.training.stage2 import Stage2Trainer
+from toy_training import stage2_config
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora, capsys):
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}")
+    trainer = Stage2Trainer(config)
+    vision_before = {k: v.clone() for k, v in trainer.model.model.vision_tower.state_dict().items()}
+    projector_before = {k: v.clone() for k, v in trainer.model.model.multi_modal_projector.state_dict().items()}
+    summary = trainer.train(max_steps=6)["stage2"]
+    assert summary["steps"] == 6 and summary["lora"] == lora
+    assert "'loss'" not in capsys.readouterr().out  # run.progress=false: no log lines on stdout
+    assert summary["last_loss"] < summary["first_loss"]
+    model = AutoModelForImageTextToText.from_pretrained(tmp_path / "final")
+    for name, tensor in model.model.vision_tower.state_dict().items():
+        torch.testing.assert_close(tensor, vision_before[name])  # frozen stage-1 encoder
+    assert any(
+        not torch.equal(tensor, projector_before[name])
+        for name, tensor in model.model.multi_modal_projector.state_dict().items()
+    )
+    assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
+
+
+def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_question_entity(
+    stage1_run, toy, tmp_path, capsys
+):
+    from transformers import AutoProcessor, AutoTokenizer
+
+    from medreco.cli import main
+    from medreco.data.reports.ontology import entity_prompts
+    from medreco.errors import UnknownEntityError
+    from medreco.evaluation.vqa import closed_predictions
+    from medreco.inference import ComparativeReader
+
+    _, stage1_out, _, _ = stage1_run
+    stage1 = AutoModel.from_pretrained(stage1_out / "final").eval()
+    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "entity_tokens=true"))
+    vocabulary = sorted(entity_prompts())
+    assert trainer.model.config.entity_vocabulary == trainer.processor.entity_vocabulary == vocabulary
+    effusion = "cxr/abnormal/pleural-effusion@pleura"
+    tokenizer = AutoTokenizer.from_pretrained(stage1_out / "final")
+    expected = stage1.encode_entity_texts([entity_prompts()[effusion]], tokenizer)[0]
+    table = trainer.model.model.entity_embeddings.weight
+    torch.testing.assert_close(table[vocabulary.index(effusion)], expected)
+    conditioner = {k: v.clone() for k, v in trainer.model.model.conditioner.state_dict().items()}
+    for name, tensor in stage1.conditioner.state_dict().items():
+        torch.testing.assert_close(conditioner[name], tensor)
+    example = trainer.dataset()[0]
+    images = [b for b in example["messages"][0]["content"] if b["type"] == "image"]
+    assert len(images) == 2 and all(b["entity"] in vocabulary for b in images)
+
+    projector = {k: v.clone() for k, v in trainer.model.model.entity_projector.state_dict().items()}
+    summary = trainer.train(max_steps=4)["stage2"]
+    assert summary["last_loss"] < summary["first_loss"]
+    folder = tmp_path / "final"
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    processor = AutoProcessor.from_pretrained(folder)
+    for name, tensor in model.model.conditioner.state_dict().items():
+        torch.testing.assert_close(tensor, conditioner[name])  # frozen with the vision encoder
+    assert any(not torch.equal(t, projector[k]) for k, t in model.model.entity_projector.state_dict().items())
+
+    rows = trainer.data.rows("vqa", "train")[:3]
+    predicted = closed_predictions(model, processor, rows, trainer.data.studies, scorings=("answer", "letter"))
+    assert all(len(letters) == 3 and set(letters) <= set("ABCD") for letters in predicted.values())
+    reader = ComparativeReader(model, processor)
+    assert reader.entity_finder.find("Has the left pleural effusion grown?", "chest_xray") == effusion
+    assert reader.entity_finder.find("Anything new?", "chest_xray") is None
+    assert reader.entity_finder.find("Any change?", "chest_xray", entity="pleural effusion") == effusion
+    with pytest.raises(UnknownEntityError, match="unknown entity 'gremlins'"):
+        reader.answer(rows[0]["study_a"], rows[0]["study_b"], "Any change?", entity="gremlins")
+    studies = trainer.data.studies
+    first, second = studies[rows[0]["study_a"]].image, studies[rows[0]["study_b"]].image
+    args = ["compare", first, second, "--model", str(folder), "--question", "Any change?", "--entity", "effusion"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() != ""
+
+
+def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run, toy, tmp_path):
+    from medreco.training.stage2 import conversation_texts, vqa_examples
+
+    _, stage1_out, _, _ = stage1_run
+    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path))
+    tokenizer = trainer.processor.tokenizer
+    assert trainer.config.tokenizer == "mined" and len(tokenizer) <= trainer.config.tokenizer_vocab_size + 8
+    assert trainer.model.config.text_config.vocab_size == len(tokenizer)
+    texts = conversation_texts(vqa_examples(trainer.data, "train", include_open_ended=True))
+    assert texts and not any(tokenizer.unk_token_id in tokenizer.encode(t, add_special_tokens=False) for t in texts)
+    with pytest.raises(RecipeError, match="own tokenizer"):
+        Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
+
+
+def test_qlora_is_refused_without_cuda(stage1_run, toy, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: QLoRA is allowed")
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(
+        toy, stage1_out / "final", tmp_path, "lora.enabled=true", "lora.quantization=4bit", "language_model=some/lm"
+    )
+    with pytest.raises(RecipeError, match="CUDA"):
+        Stage2Trainer(config)
+
+
+def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, toy, tmp_path):
+    from medreco.evaluation.vqa import closed_accuracy
+
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(
+        toy,
+        stage1_out / "final",
+        tmp_path,
+        "include_open_ended=false",
+        "data.max_train_samples=null",
+        "optimization.epochs=4",
+        "optimization.learning_rate=3e-3",
+        "projector_learning_rate=3e-3",
+    )
+    torch.manual_seed(0)
+    trainer = Stage2Trainer(config)
+    rows = trainer.data.rows("vqa", "train")
+    before = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="letter")
+    trainer.train()
+    after = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="letter")
+    before, after = before["accuracy"], after["accuracy"]
+    assert after >= 0.8 and after > before + 0.2, (before, after)
+    by_answer = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="answer")
+    assert by_answer["accuracy"] >= 0.8, by_answer["accuracy"]
