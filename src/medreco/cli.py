@@ -56,6 +56,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _push_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="a saved model folder (save_pretrained, medreco train or medreco export)")
+    parser.add_argument("--repo-id", required=True, help="the Hub repository, ORG/NAME (created when missing)")
+    parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument("--revision", help="branch to push to (created when missing; default main)")
+    parser.add_argument("--message", help="commit message")
+
+
+def _push(args: argparse.Namespace) -> int:
+    """Upload a saved model folder to the Hugging Face Hub."""
+    from .hub import push_to_hub
+
+    result = push_to_hub(args.folder, args.repo_id, args.private, args.revision, args.message)
+    print(f"{args.folder} -> {result.repo_id}@{result.revision} (commit {result.commit[:12]}): {result.url}")
+    return 0
+
+
 # ------------------------------------------------------------------ images
 def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path")
@@ -498,6 +515,7 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 COMMANDS: list[Command] = [
     ("info", "parameter counts of each model (total and active per modality)", _info_arguments, _info),
     ("export", "save a checkpoint with its code for trust_remote_code loading", _export_arguments, _export),
+    ("push", "upload a saved model folder to the Hugging Face Hub", _push_arguments, _push),
     ("inspect", "describe a DICOM file or folder, NIfTI or PNG/JPEG", _inspect_arguments, _inspect),
     ("preprocess", "write the model-ready tensor of an image (safetensors)", _preprocess_arguments, _preprocess),
     ("deidentify", "copy DICOM files without identifying attributes", _deidentify_arguments, _deidentify),

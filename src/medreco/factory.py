@@ -130,6 +130,21 @@ def bundled_text_encoder_path() -> Path:
     return Path(spec.origin).parent / "model"
 
 
+BUNDLED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled package holds
+
+
+def hub_model_id(name_or_path: str | None) -> str | None:
+    """The Hub id of a pretrained model a run starts from (a model card's `base_model`): the bundled
+    encoder's own id, a name of the form `org/name` that is not a local folder, else None."""
+    if not name_or_path:
+        return None
+    if name_or_path == BUNDLED_TEXT_ENCODER:
+        return BUNDLED_HUB_ID
+    if Path(name_or_path).exists() or name_or_path.count("/") != 1:
+        return None
+    return name_or_path
+
+
 def resolve_text_encoder(name_or_path: str) -> str:
     """Map the `bundled:minilm` alias to its folder; other names and paths pass through."""
     return str(bundled_text_encoder_path()) if name_or_path == BUNDLED_TEXT_ENCODER else name_or_path
@@ -179,7 +194,9 @@ def parameter_summary(family: str, preset: str) -> dict[str, int]:
 
 
 __all__ = [
+    "BUNDLED_HUB_ID",
     "BUNDLED_TEXT_ENCODER",
+    "hub_model_id",
     "FAMILIES",
     "PRESETS",
     "bundled_text_encoder_path",

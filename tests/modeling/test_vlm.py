@@ -179,6 +179,69 @@ def test_any_causal_lm_config_works():
     assert out.logits.shape[-1] == 64
 
 
+GPT2 = {"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 256}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_gpt2_language_model_builds_trains_one_step_and_generates(tmp_path, tied):
+    """Not only Qwen2 and Llama: GPT-2 keeps its input embeddings in `wte` and has no `.model`."""
+    model = medreco.create_model(
+        "vlm", "tiny", text_config={**GPT2, "tie_word_embeddings": tied}, image_token_id=3
+    ).train()
+    assert type(model.model.language_model).__name__ == "GPT2Model"
+    assert (model.lm_head.weight is model.get_input_embeddings().weight) == tied
+    inputs = example_inputs(model)
+    before = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    loss = model(**inputs, labels=inputs["input_ids"]).loss
+    loss.backward()
+    torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1).step()
+    assert torch.isfinite(loss)
+    assert not torch.equal(before["model.language_model.wte.weight"], model.get_input_embeddings().weight)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForImageTextToText.from_pretrained(tmp_path).eval()
+    assert (loaded.lm_head.weight is loaded.get_input_embeddings().weight) == tied
+    torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight)
+    generated = loaded.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (1, inputs["input_ids"].shape[1] + 4)
+
+
+def test_a_pretrained_causal_lm_brings_its_generation_config_and_answers_stop_at_the_end_of_turn(tmp_path):
+    """`load_language_model` takes any AutoModelForCausalLM (here a saved GPT-2) with its decoding
+    settings; `set_turn_tokens` makes the end-of-turn token stop `generate()` without being passed."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    language_model = GPT2LMHeadModel(GPT2Config(**{k: v for k, v in GPT2.items() if k != "model_type"}))
+    language_model.generation_config.eos_token_id = 5
+    language_model.generation_config.repetition_penalty = 1.3
+    language_model.save_pretrained(tmp_path / "lm")
+    model = tiny_model("vlm", image_token_id=3)
+    model.load_language_model(str(tmp_path / "lm"))
+    assert type(model.model.language_model).__name__ == "GPT2Model"
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # GPT-2 ties them
+    assert model.generation_config.repetition_penalty == 1.3
+    end_of_turn = 9
+    model.set_turn_tokens(end_of_turn, pad_token_id=0)
+    assert model.generation_config.eos_token_id == [end_of_turn, 5] and model.generation_config.pad_token_id == 0
+
+    calls = []
+
+    def end_the_turn_after_two_tokens(module, args, logits):  # one call per generated token
+        calls.append(len(calls))
+        logits = logits.clone()
+        logits[..., [end_of_turn, 5]] = -1e4  # no stop before the third token, then the end of turn
+        if len(calls) == 3:
+            logits[..., end_of_turn] = 1e4
+        return logits
+
+    model.get_output_embeddings().register_forward_hook(end_the_turn_after_two_tokens)
+    inputs = example_inputs(model)
+    generated = model.generate(**inputs, max_new_tokens=12, do_sample=False)[0, inputs["input_ids"].shape[1] :]
+    assert generated.tolist()[-1] == end_of_turn and len(generated) == 3
+    model.save_pretrained(tmp_path / "vlm")
+    saved = AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm").generation_config
+    assert saved.eos_token_id == [end_of_turn, 5] and saved.pad_token_id == 0 and saved.repetition_penalty == 1.3
+
+
 def test_paper_size_config():
     config = medreco.create_config("vlm", "paper")
     assert config.image_seq_length == 576

@@ -40,6 +40,11 @@ def test_stage1_final_folder_loads_with_the_auto_classes(stage1_run):
     assert AutoTokenizer.from_pretrained(out / "final")("pleural effusion")["input_ids"]
     assert AutoImageProcessor.from_pretrained(out / "final").recipes["chest_xray"]["size"] == [1, 40, 40]
     assert json.loads((out / "final" / "training_config.json").read_text())["triplet_margin"] == 0.2
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "final" / "README.md")  # `medreco train` writes the model card
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2" and "medreco-retrieval" in card.data.tags
+    assert "| stage1/ranking |" in card.text and card.data.eval_results is None
 
 
 def test_a_seed_reproduces_a_stage1_run(toy, tmp_path):

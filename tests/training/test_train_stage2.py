@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -31,6 +33,11 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
         for name, tensor in model.model.multi_modal_projector.state_dict().items()
     )
     assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
+    # generate() stops at the end of the assistant's turn without being told (pipelines too)
+    generation = json.loads((tmp_path / "final" / "generation_config.json").read_text())
+    tokenizer = trainer.processor.tokenizer
+    assert generation["eos_token_id"] == [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    assert generation["pad_token_id"] == tokenizer.pad_token_id is not None
 
 
 def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_question_entity(

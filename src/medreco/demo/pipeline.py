@@ -195,18 +195,32 @@ def _phases(folder: Path) -> dict:
 
 def write_model_cards(metrics: dict, models: Path) -> None:
     """A Hub model card (`README.md`) in each trained model's folder, with its demo scores."""
-    from ..hub import model_card, write_model_card
+    from ..hub import Score, model_card, write_model_card
 
     overall = metrics["retrieval"]["all"]["all"]
+    closed, follow_up = metrics["vqa"]["closed"]["vlm"], metrics["longitudinal"]
+
+    def recall(system: str, k: int) -> Score:
+        entry = overall[system]
+        interval = entry.get(f"recall@{k}_ci95")
+        return Score(
+            f"synthetic retrieval, {system}", f"recall@{k}", entry[f"recall@{k}"], interval, overall["queries"]
+        )
+
     evaluation = {
-        "stage1": [("synthetic retrieval, entity", f"recall@{k}", overall["entity"][f"recall@{k}"]) for k in (1, 3, 5)]
-        + [("synthetic retrieval, holistic", "recall@1", overall["holistic"]["recall@1"])],
-        "reranker": [("synthetic retrieval, entity+rerank", "recall@1", overall["entity+rerank"]["recall@1"])],
+        "stage1": [recall("entity", k) for k in (1, 3, 5)] + [recall("holistic", 1)],
+        "reranker": [recall("entity+rerank", 1)],
         "stage2": [
-            ("synthetic closed VQA", "accuracy", metrics["vqa"]["closed"]["vlm"]["accuracy"]),
-            ("synthetic longitudinal VQA", "accuracy", metrics["longitudinal"]["accuracy"]),
+            Score("synthetic closed VQA", "accuracy", closed["accuracy"], closed.get("ci95"), closed["questions"]),
+            Score(
+                "synthetic longitudinal VQA",
+                "accuracy",
+                follow_up["accuracy"],
+                follow_up.get("ci95"),
+                follow_up["questions"],
+            ),
             *[
-                ("synthetic open VQA", name, value)
+                Score("synthetic open VQA", name, value)
                 for name, value in metrics["vqa"]["open_ended"].items()
                 if name != "questions"
             ],

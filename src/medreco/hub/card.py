@@ -1,51 +1,144 @@
 """Model cards (`README.md` with Hub metadata) for saved MedReCo models.
 
-A card is built only from what the caller passes (training summaries, evaluation numbers, a
+A card is built only from what the caller passes (training summaries, evaluation scores, a
 description of the data), never from image headers, so no identifying DICOM attribute can reach
-it. `huggingface_hub.ModelCard` writes the YAML metadata the Hub reads."""
+it. `huggingface_hub.ModelCard` writes the YAML metadata the Hub reads: licence, library,
+pipeline tag, base model, datasets, tags and a `model-index` with the evaluation scores."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..atomic import atomic_path
 
+
+@dataclass(frozen=True)
+class Family:
+    auto_class: str
+    description: str
+    pipeline_tag: str | None
+    task_type: str  # the model-index task its scores belong to
+
+
 FAMILIES = {
-    "retrieval": ("AutoModel", "entity-conditioned retrieval model (vision encoder, text encoder, conditioner)"),
-    "reranker": ("AutoModel", "cross-attention reranker over entity-attended visual tokens"),
-    "vlm": ("AutoModelForImageTextToText", "comparative vision-language model (two studies and a question)"),
+    "vision": Family(
+        "AutoModel",
+        "mixture-of-modality-experts vision encoder for 2D and 3D studies",
+        "image-feature-extraction",
+        "image-feature-extraction",
+    ),
+    "retrieval": Family(
+        "AutoModel",
+        "entity-conditioned retrieval model (vision encoder, text encoder, conditioner)",
+        "image-feature-extraction",
+        "image-feature-extraction",
+    ),
+    "reranker": Family(
+        "AutoModel",
+        "cross-attention reranker over entity-attended visual tokens",
+        None,
+        "image-feature-extraction",
+    ),
+    "vlm": Family(
+        "AutoModelForImageTextToText",
+        "comparative vision-language model (two studies and a question)",
+        "image-text-to-text",
+        "visual-question-answering",
+    ),
 }
+SYNTHETIC_COHORT = "medreco-synthetic-cohort"
+PRIVACY = (
+    "medreco never copies identifying DICOM attributes (names, IDs, dates of birth, institution) into "
+    "model folders: this card is written from training summaries and evaluation scores only, and the "
+    "configuration holds architecture settings, not image headers. Weights trained on patient data can "
+    "still memorise it; share such models only as your data agreements allow."
+)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One evaluation result: `value` of `metric` on `task`, with its 95% interval and sample count
+    when known (they go into the card's table and the metric's name in the model-index)."""
+
+    task: str
+    metric: str
+    value: float
+    interval: tuple[float, float] | None = None
+    n: int | None = None
+    dataset: str = SYNTHETIC_COHORT
+    split: str = "test"
+
+    def label(self) -> str:
+        extras = []
+        if self.interval is not None:
+            extras.append(f"95% CI {self.interval[0]:.4f}-{self.interval[1]:.4f}")
+        if self.n is not None:
+            extras.append(f"n={self.n}")
+        return f"{self.task}: {self.metric}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 def model_card(
     family: str,
     training: dict | None = None,
-    evaluation: list[tuple[str, str, float]] | None = None,
+    evaluation: list[Score | tuple[str, str, float]] | None = None,
     data_description: str = "",
     limitations: str = "",
+    base_model: str | list[str] | None = None,
+    datasets: list[str] | None = None,
+    model_name: str | None = None,
 ) -> ModelCard:
-    """The card of a model of `family` ("retrieval", "reranker" or "vlm"). `training`: phase name ->
-    summary (steps, first/last loss); `evaluation`: (task, metric, value) rows."""
+    """The card of a model of `family` (see `FAMILIES`). `training`: phase name -> summary (steps,
+    first/last loss); `evaluation`: scores (or (task, metric, value) rows); `base_model`: the
+    pretrained models it starts from; `datasets`: Hub ids of its training data."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {sorted(FAMILIES)}")
-    auto_class, what = FAMILIES[family]
+    kind = FAMILIES[family]
+    scores = [score if isinstance(score, Score) else Score(*score) for score in evaluation or []]
+    name = model_name or f"medreco-{family}"
     metadata = ModelCardData(
+        license="apache-2.0",
         library_name="transformers",
-        tags=["medreco", "radiology", "medical-imaging", f"medreco-{family}"],
+        pipeline_tag=kind.pipeline_tag,
+        base_model=base_model,
+        datasets=datasets,
+        tags=["medreco", "radiology", "medical-imaging", "comparative-reasoning", f"medreco-{family}"],
+        model_name=name if scores else None,
+        eval_results=[
+            EvalResult(
+                task_type=kind.task_type,
+                task_name=score.task,
+                dataset_type=score.dataset,
+                dataset_name=score.dataset,
+                dataset_config=score.task,  # one model-index entry per task
+                dataset_split=score.split,
+                metric_type=score.metric,
+                metric_name=score.label(),
+                metric_value=round(float(score.value), 6),
+            )
+            for score in scores
+        ]
+        or None,
     )
     lines = [
-        f"# MedReCo {family}",
+        f"# {name}",
         "",
-        f"A {what}, from the `medreco` package (MedReCo: comparative reasoning in radiology).",
+        f"A {kind.description}, from the `medreco` package (MedReCo: comparative reasoning in radiology).",
+        "",
+        "## Intended use",
+        "",
+        "Research on comparative reading of radiology studies: retrieving reference cases by a clinical",
+        "finding and comparing a study with a prior or a reference. Not a medical device; not for",
+        "diagnosis or any clinical decision.",
         "",
         "## Use",
         "",
         "```python",
         "import medreco  # registers the model types with the Auto classes",
-        f"from transformers import {auto_class}",
-        f'model = {auto_class}.from_pretrained("path/to/this/folder")',
+        f"from transformers import {kind.auto_class}",
+        f'model = {kind.auto_class}.from_pretrained("path/to/this/folder")',
         "```",
         "",
         "Without medreco installed, export the model with `medreco export` and load it with",
@@ -58,20 +151,26 @@ def model_card(
     ]
     if training:
         lines += ["## Training", "", "| phase | steps | first loss | last loss |", "|---|---|---|---|"]
-        for name, summary in training.items():
+        for phase, summary in training.items():
             lines.append(
-                f"| {name} | {summary.get('steps', '')} | {summary.get('first_loss', float('nan')):.4f} | "
+                f"| {phase} | {summary.get('steps', '')} | {summary.get('first_loss', float('nan')):.4f} | "
                 f"{summary.get('last_loss', float('nan')):.4f} |"
             )
         lines.append("")
-    if evaluation:
-        lines += ["## Evaluation", "", "| task | metric | value |", "|---|---|---|"]
-        lines += [f"| {task} | {metric} | {value:.4f} |" for task, metric, value in evaluation]
+    if scores:
+        lines += ["## Evaluation", "", "| task | metric | value | 95% interval | n |", "|---|---|---|---|---|"]
+        for score in scores:
+            interval = f"{score.interval[0]:.4f}-{score.interval[1]:.4f}" if score.interval else ""
+            lines.append(f"| {score.task} | {score.metric} | {score.value:.4f} | {interval} | {score.n or ''} |")
         lines.append("")
     lines += [
         "## Limitations",
         "",
         limitations or "Research code; not a medical device and not for clinical use.",
+        "",
+        "## Privacy",
+        "",
+        PRIVACY,
         "",
     ]
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
@@ -85,4 +184,4 @@ def write_model_card(card: ModelCard, folder: str | Path) -> Path:
     return path
 
 
-__all__ = ["model_card", "write_model_card"]
+__all__ = ["FAMILIES", "PRIVACY", "SYNTHETIC_COHORT", "Score", "model_card", "write_model_card"]

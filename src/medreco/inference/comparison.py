@@ -66,7 +66,7 @@ class ComparativeReader:
         )
         inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
         tokenizer = self.processor.tokenizer
-        end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")  # answers end their turn
+        end_of_turn = self.processor.end_of_turn_id  # answers end their turn
         # An answer is text: at least one token before the turn ends, and never a special token
         # (image placeholders, entity tokens, padding), which decoding would drop silently.
         never = sorted(set(tokenizer.all_special_ids) - {end_of_turn})

@@ -11,6 +11,7 @@ image, -1 for none), projected together with that entity's embedding (see `MedRe
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -189,13 +190,20 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
 class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin):
     """MedReCo-VLM with its LM head: answers questions about one, two or more images."""
 
-    _tied_weights_keys = {"lm_head.weight": "model.language_model.embed_tokens.weight"}
-
     def __init__(self, config: MedReCoVLMConfig):
         super().__init__(config)
         self.model = MedReCoVLMModel(config)
         self.lm_head = nn.Linear(config.text_config.hidden_size, config.text_config.vocab_size, bias=False)
+        self._tied_weights_keys = self._lm_head_tie()
         self.post_init()
+
+    def _lm_head_tie(self) -> dict[str, str]:
+        """The LM head's tie to the input embeddings, wherever the language model keeps them
+        (`embed_tokens` in Qwen2 and Llama, `wte` in GPT-2, ...)."""
+        language_model = self.model.language_model
+        embeddings = language_model.get_input_embeddings()
+        name = next(name for name, module in language_model.named_modules() if module is embeddings)
+        return {"lm_head.weight": f"model.language_model.{name}.weight"}
 
     def get_input_embeddings(self) -> nn.Module:
         return self.model.get_input_embeddings()
@@ -240,11 +248,26 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         from transformers import AutoModelForCausalLM
 
         causal = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-        self.model.language_model = causal.model
-        self.lm_head = causal.lm_head
+        self.model.language_model = causal.get_decoder()
+        self.lm_head = causal.get_output_embeddings()
         self.config.text_config = causal.config
+        self.config.tie_word_embeddings = bool(causal.config.tie_word_embeddings)
+        self._tied_weights_keys = self._lm_head_tie()
+        self.all_tied_weights_keys = self.get_expanded_tied_weights_keys(all_submodels=False)
+        # the language model's own decoding settings (stop tokens, sampling defaults) carry over
+        self.generation_config = copy.deepcopy(causal.generation_config)
         if vocab_size is not None and vocab_size != causal.config.vocab_size:
             self.resize_token_embeddings(vocab_size)
+
+    def set_turn_tokens(self, end_of_turn_id: int, pad_token_id: int | None) -> None:
+        """Make `generate()` (and pipelines) stop at the end of the assistant's turn: the end-of-turn
+        token becomes the first stop token, before any the language model's generation config
+        already had, and padding gets its own id."""
+        stops = self.generation_config.eos_token_id
+        stops = [] if stops is None else [stops] if isinstance(stops, int) else list(stops)
+        self.generation_config.eos_token_id = [end_of_turn_id, *(i for i in stops if i != end_of_turn_id)]
+        if pad_token_id is not None:
+            self.generation_config.pad_token_id = pad_token_id
 
     def forward(
         self,

@@ -96,6 +96,11 @@ class MedReCoProcessor(ProcessorMixin):
     def image_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
 
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token that ends every turn of the chat template: where an answer stops."""
+        return self.tokenizer.convert_tokens_to_ids(TURN_END)
+
     def tokens_per_image(self, pixel_values: torch.Tensor) -> int:
         height, width = pixel_values.shape[-2:]
         return (height // self.patch_size) * (width // self.patch_size) + int(self.entity_vocabulary is not None)

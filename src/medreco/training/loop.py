@@ -281,6 +281,21 @@ def _save_with_extras(model, folder: Path, state_dict, extra_files) -> None:
         extra_files(folder)
 
 
+def write_run_record(
+    folder: Path, config, summaries: dict, family: str, base_model: str | list[str] | None = None
+) -> None:
+    """What every final folder holds beside the weights: the recipe it was trained with
+    (`training_config.json`), the phases' summaries (`summary.json`) and a Hub model card
+    (`README.md`) built from them alone."""
+    from ..hub import model_card, write_model_card
+    from .config import to_dict
+
+    (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
+    (folder / "summary.json").write_text(json.dumps(summaries, indent=2))
+    phases = {summaries["phase"]: summaries} if "phase" in summaries else summaries
+    write_model_card(model_card(family, phases, base_model=base_model), folder)
+
+
 def save_folder_atomically(directory: str | Path, write: Callable[[Path], None]) -> Path:
     """Write a folder next to `directory`, then swap it in: readers never see half a model."""
     import shutil

@@ -10,7 +10,6 @@ features and attention-selected tokens are computed once. Loss: binary cross-ent
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,9 @@ from ..data.reports.ontology import entity_prompts
 from ..factory import create_model
 from ..inference.encoder import RetrievalEncoder
 from ..modeling import MedReCoReranker, select_top_tokens
-from .config import RerankerTrainingConfig, to_dict
+from .config import RerankerTrainingConfig
 from .data import ImageStore, batch_size_rule, check_nonempty
-from .loop import Phase, PhaseResult, train_phase
+from .loop import Phase, PhaseResult, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +165,7 @@ class RerankerTrainer:
             config = self.config
 
             def companions(folder: Path) -> None:
-                (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
-                (folder / "summary.json").write_text(json.dumps(result.summary, indent=2))
+                write_run_record(folder, config, result.summary, "reranker")
 
             result.save_pretrained(out / "final", companions)
         return {"reranker": result.summary}

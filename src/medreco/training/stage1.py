@@ -13,7 +13,6 @@ loads each), `training_config.json` and `summary.json`."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -25,12 +24,12 @@ from transformers import AutoTokenizer, set_seed
 from ..data.mining import MinedData
 from ..data.mining.similarity import statement_key
 from ..data.reports.ontology import entity_prompts
-from ..factory import create_model, resolve_text_encoder
+from ..factory import create_model, hub_model_id, resolve_text_encoder
 from ..modeling import MedReCoModel
 from ..processing import MedReCoImageProcessor
-from .config import DataConfig, ModelSource, Stage1Config, to_dict
+from .config import DataConfig, ModelSource, Stage1Config
 from .data import ImageStore, batch_size_rule, check_nonempty
-from .loop import Phase, PhaseResult, train_phase
+from .loop import Phase, PhaseResult, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
 
@@ -321,8 +320,7 @@ class Stage1Trainer:
         def write(folder: Path) -> None:
             self.tokenizer.save_pretrained(folder)
             self.image_processor.save_pretrained(folder)
-            (folder / "training_config.json").write_text(json.dumps(to_dict(self.config), indent=2))
-            (folder / "summary.json").write_text(json.dumps(summaries, indent=2))
+            write_run_record(folder, self.config, summaries, "retrieval", hub_model_id(self.config.text_encoder))
 
         return write
 

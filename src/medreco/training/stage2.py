@@ -11,7 +11,6 @@ one batch each (shuffled per epoch) and read in that order."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from pathlib import Path
@@ -24,12 +23,12 @@ from ..data.mining import MinedData
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
 from ..deprecation import moved_names
-from ..factory import PRESETS, create_model, resolve_text_encoder
+from ..factory import PRESETS, create_model, hub_model_id, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
-from .config import RecipeError, Stage2Config, to_dict
+from .config import RecipeError, Stage2Config
 from .data import check_nonempty, is_volumetric
-from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically
+from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically, write_run_record
 
 logger = logging.getLogger(__name__)
 MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the training conversations
@@ -191,6 +190,7 @@ def build_vlm(
         model.load_conditioner(vision_model.conditioner, torch.stack(list(entity_table.values())))
     if config.model.init_from:
         model = MedReCoForConditionalGeneration.from_pretrained(config.model.init_from)
+    model.set_turn_tokens(processor.end_of_turn_id, tokenizer.pad_token_id)
     return model, processor
 
 
@@ -380,8 +380,7 @@ class Stage2Trainer:
             def write(folder: Path) -> None:
                 model.save_pretrained(folder)
                 self.processor.save_pretrained(folder)
-                (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
-                (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+                write_run_record(folder, config, summary, "vlm", hub_model_id(config.language_model))
 
             save_folder_atomically(out / "final", write)
         return {"stage2": summary}

@@ -1,0 +1,79 @@
+"""Share a saved model folder on the Hugging Face Hub, through `huggingface_hub`.
+
+The folder goes up as it is (weights, config, processor, tokenizer, generation config, model card,
+and the model code when it was written by `medreco export`); nothing is read from or added about
+the images it was trained on. Loading it back: `AutoModel.from_pretrained("org/name",
+revision=..., trust_remote_code=True)` for an exported folder, or with `import medreco` first."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MedReCoError
+
+logger = logging.getLogger(__name__)
+# Never uploaded: training checkpoints and caches a run folder may hold next to the model.
+IGNORE_PATTERNS = ["checkpoint-*", "**/checkpoint-*", "*.tmp", "**/__pycache__/**", ".cache/**"]
+
+
+class HubPushError(MedReCoError, ValueError):
+    """A folder that is not a saved model, or a repository name the Hub would refuse."""
+
+
+@dataclass(frozen=True)
+class PushResult:
+    repo_id: str
+    revision: str
+    commit: str  # the commit's id on the Hub
+    url: str
+
+
+def push_to_hub(
+    folder: str | Path,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> PushResult:
+    """Upload a `save_pretrained` (or `medreco export`) folder to the model repository `repo_id`
+    ("org/name"), creating the repository (and the branch `revision`) when missing."""
+    from huggingface_hub import HfApi
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise HubPushError(f"{folder}: not a saved model (no config.json); push the folder save_pretrained wrote")
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise HubPushError(f"{repo_id!r}: a Hub repository is named ORG/NAME")
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision is not None and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        info = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            revision=revision,
+            commit_message=commit_message or f"Upload {folder.name} with medreco",
+            ignore_patterns=IGNORE_PATTERNS,
+            repo_type="model",
+        )
+    except (OSError, *_transport_errors()) as error:  # huggingface_hub's HTTP, connection, offline errors
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HubPushError(f"{repo_id}: the Hub did not take the upload ({reason})") from error
+    logger.info("pushed %s to %s (%s)", folder, repo_id, info.oid)
+    return PushResult(repo_id, revision or "main", info.oid, info.commit_url)
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP library's own errors (huggingface_hub 2 uses httpx2, whose connection errors are no OSError)."""
+    try:
+        import httpx2
+    except ImportError:
+        return ()
+    return (httpx2.HTTPError,)
+
+
+__all__ = ["HubPushError", "IGNORE_PATTERNS", "PushResult", "push_to_hub"]
