@@ -22,10 +22,20 @@ OLD_TO_NEW = {
     "medreco.data.decomposition": ("medreco.data.reports.decomposition", "RuleBasedDecomposer"),
     "medreco.data.llm": ("medreco.data.reports.llm", "LLMDecomposer"),
     "medreco.data.longitudinal": ("medreco.data.mining.longitudinal", "consistent_change_label"),
+    "medreco.data.ontology": ("medreco.data.reports.ontology", "Ontology"),
+    "medreco.data.attributes": ("medreco.data.reports.attributes", "read_attributes"),
+    "medreco.data.similarity": ("medreco.data.mining.similarity", "statement_key"),
+    "medreco.data.supervision": ("medreco.data.mining.supervision", "build_triplets"),
+    "medreco.data.vqa": ("medreco.data.mining.vqa", "closed_prompt"),
+    "medreco.data.splits": ("medreco.data.mining.splits", "assign_splits"),
+    "medreco.data.mining_benchmark": ("medreco.data.mining.benchmark", "score_decomposition"),
 }
 MOVED_NAMES = {
     ("medreco.training.data", "MinedData"): "medreco.data.mining",
     ("medreco.training.stage2", "LETTERS"): "medreco.data.mining.vqa",
+    ("medreco.training.data", "MINED_TABLES"): "medreco.data.mining",
+    ("medreco.data.llm", "llm_vqa"): "medreco.data.mining.vqa",
+    ("medreco.data.llm", "needs_two_images"): "medreco.data.mining.vqa",
 }
 
 

@@ -59,3 +59,10 @@ def test_model_card_refuses_unknown_families():
         model_card("segmenter")
     text = model_card("reranker", {"reranker": {"steps": 3, "first_loss": 0.7, "last_loss": 0.5}}).text
     assert "| reranker | 3 | 0.7000 | 0.5000 |" in text and "AutoModel" in text
+
+
+def test_a_run_too_short_to_log_a_loss_still_gets_its_card(tmp_path):
+    """Stage 2 records no loss when it stops before its first log step: the card leaves the cells empty."""
+    card = model_card("vlm", {"stage2": {"steps": 2, "first_loss": None, "last_loss": None}})
+    write_model_card(card, tmp_path)
+    assert "| stage2 | 2 |  |  |" in (tmp_path / "README.md").read_text()

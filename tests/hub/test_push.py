@@ -4,6 +4,10 @@ repo id and revision in a process that never imports medreco."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import torch
 from hub_standin import StandInHub, run_client
 from safetensors.torch import load_file
@@ -78,6 +82,36 @@ def test_push_refuses_what_is_not_a_model_and_a_hub_that_is_not_there(tmp_path, 
     medreco.create_model("reranker", "tiny").save_pretrained(tmp_path / "model")
     assert main(["push", str(tmp_path / "model"), "--repo-id", "no-organisation"]) == 2
     assert "ORG/NAME" in capsys.readouterr().err
-    assert main(["push", str(tmp_path / "model"), "--repo-id", "lab/model"]) == 2  # the tests run offline
-    error = capsys.readouterr().err.strip()
-    assert error.startswith("medreco push: error: lab/model: the Hub did not take the upload") and "\n" not in error
+    # a Hub nobody answers (a closed port on the loopback): one line, exit code 2
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="0", HF_TOKEN="hf_x", HF_HOME=str(tmp_path / "home"))
+    command = [sys.executable, "-m", "medreco", "push", str(tmp_path / "model"), "--repo-id", "lab/model"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    error = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and error.startswith(
+        "medreco push: error: lab/model: the Hub did not take the upload"
+    )
+
+
+def test_a_second_push_replaces_the_first_and_never_makes_a_public_repository_private_silently(tmp_path):
+    folder = tmp_path / "model"
+    medreco.create_model("reranker", "tiny").save_pretrained(folder)
+    (folder / "training_config.json").write_text('{"data": {"mined_dir": "/home/someone/archive"}}')
+    (folder / "old-notes.txt").write_text("from the first push")
+    push = """
+        from medreco.hub import push_to_hub
+        try:
+            push_to_hub(ARGS["folder"], "lab/model", private=ARGS["private"])
+            print(json.dumps({"error": None}))
+        except ValueError as error:
+            print(json.dumps({"error": str(error)}))
+        """
+    with StandInHub(tmp_path / "hub") as hub:
+        assert run_client(hub, tmp_path / "home", push, folder=str(folder), private=False)["error"] is None
+        first = hub.files("lab/model")
+        assert "old-notes.txt" in first and "training_config.json" not in first  # local paths stay home
+        (folder / "old-notes.txt").unlink()
+        refused = run_client(hub, tmp_path / "home", push, folder=str(folder), private=True)["error"]
+        assert "exists and is public" in refused and not hub.private("lab/model")
+        assert run_client(hub, tmp_path / "home", push, folder=str(folder), private=False)["error"] is None
+        assert "old-notes.txt" not in hub.files("lab/model") and "model.safetensors" in hub.files("lab/model")

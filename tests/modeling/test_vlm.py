@@ -242,6 +242,23 @@ def test_a_pretrained_causal_lm_brings_its_generation_config_and_answers_stop_at
     assert saved.eos_token_id == [end_of_turn, 5] and saved.pad_token_id == 0 and saved.repetition_penalty == 1.3
 
 
+def test_a_language_model_whose_decoder_is_not_its_base_model_reloads(tmp_path):
+    """OPT's base model wraps its decoder: the VLM keeps the base model, which is what it builds on reload."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, ffn_dim=64, num_attention_heads=4, word_embed_proj_dim=32
+    )
+    OPTForCausalLM(config).save_pretrained(tmp_path / "opt")
+    model = tiny_model("vlm", image_token_id=3)
+    model.load_language_model(str(tmp_path / "opt"))
+    model.save_pretrained(tmp_path / "vlm")
+    loaded = AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm").eval()
+    inputs = example_inputs(model)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs).logits, model.eval()(**inputs).logits)
+
+
 def test_paper_size_config():
     config = medreco.create_config("vlm", "paper")
     assert config.image_seq_length == 576

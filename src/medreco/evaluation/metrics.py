@@ -1,6 +1,6 @@
 """Metric functions: ranking (Recall@k, NDCG), statistics (Wilson intervals, McNemar), text.
 
-Each is small and checked against hand-computed cases in `tests/test_metrics.py`."""
+Each is small and checked against hand-computed cases in `tests/evaluation/test_metrics.py`."""
 
 from __future__ import annotations
 

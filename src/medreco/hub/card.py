@@ -152,10 +152,8 @@ def model_card(
     if training:
         lines += ["## Training", "", "| phase | steps | first loss | last loss |", "|---|---|---|---|"]
         for phase, summary in training.items():
-            lines.append(
-                f"| {phase} | {summary.get('steps', '')} | {summary.get('first_loss', float('nan')):.4f} | "
-                f"{summary.get('last_loss', float('nan')):.4f} |"
-            )
+            first, last = (_number(summary.get(key)) for key in ("first_loss", "last_loss"))
+            lines.append(f"| {phase} | {summary.get('steps', '')} | {first} | {last} |")
         lines.append("")
     if scores:
         lines += ["## Evaluation", "", "| task | metric | value | 95% interval | n |", "|---|---|---|---|---|"]
@@ -174,6 +172,11 @@ def model_card(
         "",
     ]
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def _number(value) -> str:
+    """A table cell: four decimals, or empty when there is no number (a run too short to log a loss)."""
+    return f"{value:.4f}" if isinstance(value, int | float) else ""
 
 
 def write_model_card(card: ModelCard, folder: str | Path) -> Path:

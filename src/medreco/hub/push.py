@@ -7,6 +7,7 @@ revision=..., trust_remote_code=True)` for an exported folder, or with `import m
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,16 @@ from pathlib import Path
 from ..errors import MedReCoError
 
 logger = logging.getLogger(__name__)
-# Never uploaded: training checkpoints and caches a run folder may hold next to the model.
-IGNORE_PATTERNS = ["checkpoint-*", "**/checkpoint-*", "*.tmp", "**/__pycache__/**", ".cache/**"]
+# Never uploaded: training checkpoints and caches a run folder may hold next to the model, and the
+# recipe as run (`training_config.json`), whose paths name folders of the machine that trained it.
+IGNORE_PATTERNS = [
+    "checkpoint-*",
+    "**/checkpoint-*",
+    "*.tmp",
+    "**/__pycache__/**",
+    ".cache/**",
+    "training_config.json",
+]
 
 
 class HubPushError(MedReCoError, ValueError):
@@ -47,9 +56,12 @@ def push_to_hub(
         raise HubPushError(f"{folder}: not a saved model (no config.json); push the folder save_pretrained wrote")
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubPushError(f"{repo_id!r}: a Hub repository is named ORG/NAME")
+    _warn_about_mined_vocabulary(folder)
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if private and not api.repo_info(repo_id, repo_type="model").private:
+            raise HubPushError(f"{repo_id}: the repository exists and is public; --private would not make it private")
         if revision is not None and revision != "main":
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
         info = api.upload_folder(
@@ -58,6 +70,7 @@ def push_to_hub(
             revision=revision,
             commit_message=commit_message or f"Upload {folder.name} with medreco",
             ignore_patterns=IGNORE_PATTERNS,
+            delete_patterns="*",  # files of an earlier push that this folder no longer has
             repo_type="model",
         )
     except (OSError, *_transport_errors()) as error:  # huggingface_hub's HTTP, connection, offline errors
@@ -65,6 +78,18 @@ def push_to_hub(
         raise HubPushError(f"{repo_id}: the Hub did not take the upload ({reason})") from error
     logger.info("pushed %s to %s (%s)", folder, repo_id, info.oid)
     return PushResult(repo_id, revision or "main", info.oid, info.commit_url)
+
+
+def _warn_about_mined_vocabulary(folder: Path) -> None:
+    """A tokenizer learned from the training conversations (`tokenizer: mined`) holds words of the
+    reports it was mined from: say so before it leaves the machine."""
+    recipe = folder / "training_config.json"
+    if recipe.is_file() and json.loads(recipe.read_text()).get("tokenizer") == "mined":
+        logger.warning(
+            "%s: its vocabulary was learned from the training reports' words (tokenizer: mined); "
+            "push it only if those reports may be shared",
+            folder,
+        )
 
 
 def _transport_errors() -> tuple[type[Exception], ...]:

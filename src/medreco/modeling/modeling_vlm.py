@@ -248,7 +248,9 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         from transformers import AutoModelForCausalLM
 
         causal = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-        self.model.language_model = causal.get_decoder()
+        # the base model (what `AutoModel.from_config(text_config)` builds on reload), not its decoder:
+        # they differ for e.g. OPT, whose base model wraps the decoder
+        self.model.language_model = causal.base_model
         self.lm_head = causal.get_output_embeddings()
         self.config.text_config = causal.config
         self.config.tie_word_embeddings = bool(causal.config.tie_word_embeddings)

@@ -140,6 +140,7 @@ def ceil_div(a: float, b: float) -> int:
 __getattr__ = moved_names(
     __name__,
     {
+        "MINED_TABLES": "medreco.data.mining.mined",
         "MinedData": "medreco.data.mining.mined",
         "Study": "medreco.data.mining.mined",
         "TrainingDataError": "medreco.errors",

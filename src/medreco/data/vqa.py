@@ -1,0 +1,5 @@
+"""Deprecated path (kept for one release): see `medreco.data.mining.vqa`."""
+
+from medreco.deprecation import moved_to
+
+moved_to(__name__, "medreco.data.mining.vqa")
