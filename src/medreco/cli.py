@@ -307,8 +307,6 @@ def _index(args: argparse.Namespace) -> int:
         studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
     else:
         studies = read_study_manifest(args.manifest)
-    if not studies:
-        raise ValueError("no studies to index (check --split)")
     print(json.dumps(index_archive(args.model, args.out, studies, args.entity or (), progress=not args.quiet)))
     return 0
 

@@ -189,8 +189,10 @@ CARD_LIMITS = (
 
 
 def _phases(folder: Path) -> dict:
+    from ..training.loop import phase_summaries
+
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
-    return {summary["phase"]: summary} if "phase" in summary else summary
+    return phase_summaries(summary)
 
 
 def write_model_cards(metrics: dict, models: Path) -> None:

@@ -315,7 +315,7 @@ def index_archive(
     otherwise) with the stage-1 model saved in `model` into the index at `out`, resuming an
     interrupted run, and precompute the whole-image features and those of `entities`."""
     if not studies:
-        raise GalleryIndexError("no studies to index")
+        raise GalleryIndexError("no studies to index (check the split or the manifest)")
     index = GalleryIndex(out, RetrievalEncoder.from_pretrained(model))
     ids = [row.get("study_id") or Path(row["image"]).stem for row in studies]
     added = index.add(ids, [row["image"] for row in studies], [row["modality"] for row in studies], progress=progress)

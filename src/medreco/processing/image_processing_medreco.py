@@ -13,9 +13,11 @@ from typing import Any, TypedDict
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 from transformers.image_processing_base import BatchFeature
 from transformers.image_processing_utils import BaseImageProcessor
 
+from ..atomic import atomic_path
 from ..modeling.configuration_vision import DEFAULT_MODALITIES
 from .cache import DigestMemo, TensorCache
 from .geometry import ImageGeometry, MedicalImage
@@ -203,10 +205,6 @@ def write_model_input(
 ) -> torch.Tensor:
     """Read and preprocess one image with the default recipes and save its tensor as safetensors
     (key `pixel_values`, the modality in the metadata), written atomically; returns the tensor."""
-    from safetensors.torch import save_file
-
-    from ..atomic import atomic_path
-
     processor = MedReCoImageProcessor()
     tensor = processor.preprocess_one(load_image(image, options or ReaderOptions()), modality)
     metadata = {"modality": modality, "modality_id": str(processor.modality_id(modality))}

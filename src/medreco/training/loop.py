@@ -292,8 +292,12 @@ def write_run_record(
 
     (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
     (folder / "summary.json").write_text(json.dumps(summaries, indent=2))
-    phases = {summaries["phase"]: summaries} if "phase" in summaries else summaries
-    write_model_card(model_card(family, phases, base_model=base_model), folder)
+    write_model_card(model_card(family, phase_summaries(summaries), base_model=base_model), folder)
+
+
+def phase_summaries(summary: dict) -> dict:
+    """phase name -> summary, from a `summary.json` that holds one phase (with its `phase` key) or several."""
+    return {summary["phase"]: summary} if "phase" in summary else summary
 
 
 def save_folder_atomically(directory: str | Path, write: Callable[[Path], None]) -> Path:
