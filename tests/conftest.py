@@ -90,3 +90,11 @@ def stage1_run(toy, tmp_path_factory):
     before = pair_auc(trainer.model, trainer)
     summaries = trainer.train()
     return trainer, out, summaries, before
+
+
+@pytest.fixture(scope="session")
+def hub_ready(tmp_path_factory):
+    """family -> a Hub-ready folder of a tiny model with its processor (hub_ready.py)."""
+    from hub_ready import write_hub_ready_folders
+
+    return write_hub_ready_folders(tmp_path_factory.mktemp("exported"))

@@ -8,7 +8,7 @@ from .errors import MedicalImageError, MedReCoError
 from .factory import BUNDLED_TEXT_ENCODER, FAMILIES, PRESETS, create_config, create_model, parameter_summary
 from .modeling import *  # noqa: F403
 from .modeling import __all__ as _modeling_all
-from .processing import MedReCoImageProcessor, ReaderOptions, load_image
+from .processing import MedReCoImageProcessor, MedReCoProcessor, MedReCoRetrievalProcessor, ReaderOptions, load_image
 
 __version__ = "0.1.0"
 
@@ -19,6 +19,8 @@ __all__ = [
     "FAMILIES",
     "MedReCoError",
     "MedReCoImageProcessor",
+    "MedReCoProcessor",
+    "MedReCoRetrievalProcessor",
     "MedicalImageError",
     "ReaderOptions",
     "load_image",

@@ -45,31 +45,48 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    """Re-save a checkpoint with its code for `trust_remote_code=True` loading."""
-    from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
+    """Re-save a model folder Hub-ready: model, processor, their code and the model card."""
+    from .hub import export_folder
 
-    from .hub import export_for_remote_code
-
-    config = AutoConfig.from_pretrained(args.checkpoint)
-    auto = AutoModelForImageTextToText if config.model_type == "medreco_vlm" else AutoModel
-    print(export_for_remote_code(auto.from_pretrained(args.checkpoint), args.out))
+    print(export_folder(args.checkpoint, args.out))
     return 0
 
 
 def _push_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("folder", help="a saved model folder (save_pretrained, medreco train or medreco export)")
+    parser.add_argument(
+        "folder",
+        help="a saved model or LoRA adapter folder (save_pretrained, medreco train, medreco export), "
+        "or a mined folder (medreco mine), pushed as a dataset",
+    )
     parser.add_argument("--repo-id", required=True, help="the Hub repository, ORG/NAME (created when missing)")
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--revision", help="branch to push to (created when missing; default main)")
     parser.add_argument("--message", help="commit message")
+    mined = parser.add_argument_group("mined folders (pushed as a dataset, pseudonymised)")
+    mined.add_argument("--include-reports", action="store_true", help="also push the report text (off by default)")
+    mined.add_argument(
+        "--pseudonyms", help="where to keep the pseudonym table, which stays local (default: FOLDER.pseudonyms.json)"
+    )
 
 
 def _push(args: argparse.Namespace) -> int:
-    """Upload a saved model folder to the Hugging Face Hub."""
-    from .hub import push_to_hub
+    """Upload a saved model, adapter or mined folder to the Hugging Face Hub."""
+    folder = Path(args.folder)
+    if (folder / "studies").is_dir():
+        from .data.mining import push_mined_dataset
 
-    result = push_to_hub(args.folder, args.repo_id, args.private, args.revision, args.message)
-    print(f"{args.folder} -> {result.repo_id}@{result.revision} (commit {result.commit[:12]}): {result.url}")
+        pseudonyms = Path(args.pseudonyms or f"{folder.resolve()}.pseudonyms.json")
+        result = push_mined_dataset(
+            folder, args.repo_id, pseudonyms, args.private, args.revision, args.include_reports, args.message
+        )
+        print(f"pseudonym table (keep it local): {pseudonyms}")
+    else:
+        if args.include_reports or args.pseudonyms:
+            raise ValueError(f"{folder}: --include-reports and --pseudonyms are for mined folders (medreco mine)")
+        from .hub import push_to_hub
+
+        result = push_to_hub(folder, args.repo_id, args.private, args.revision, args.message)
+    print(f"{folder} -> {result.repo_id}@{result.revision} (commit {result.commit[:12]}): {result.url}")
     return 0
 
 
@@ -512,8 +529,8 @@ def _human(n: int) -> str:
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: list[Command] = [
     ("info", "parameter counts of each model (total and active per modality)", _info_arguments, _info),
-    ("export", "save a checkpoint with its code for trust_remote_code loading", _export_arguments, _export),
-    ("push", "upload a saved model folder to the Hugging Face Hub", _push_arguments, _push),
+    ("export", "re-save a model folder Hub-ready: model, processor, code, model card", _export_arguments, _export),
+    ("push", "upload a model, LoRA adapter or mined dataset to the Hugging Face Hub", _push_arguments, _push),
     ("inspect", "describe a DICOM file or folder, NIfTI or PNG/JPEG", _inspect_arguments, _inspect),
     ("preprocess", "write the model-ready tensor of an image (safetensors)", _preprocess_arguments, _preprocess),
     ("deidentify", "copy DICOM files without identifying attributes", _deidentify_arguments, _deidentify),

@@ -164,6 +164,21 @@ def create_config(family: str, preset: str = "paper", **overrides: Any) -> PreTr
     return config_class(**fields)
 
 
+def family_of(config: PreTrainedConfig) -> str:
+    """The family name (`vision`, `retrieval`, `reranker`, `vlm`) of a model config."""
+    for family, (config_class, _) in _FAMILIES.items():
+        if isinstance(config, config_class):
+            return family
+    raise ValueError(f"{type(config).__name__} is not the config of a medreco model family ({FAMILIES})")
+
+
+def model_class_of(family: str) -> type[PreTrainedModel]:
+    """The class `from_pretrained` loads a saved model of `family` with (the VLM with its LM head)."""
+    if family not in _FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; choose from {FAMILIES}")
+    return _FAMILIES[family][1]
+
+
 def create_model(
     family: str,
     preset: str = "paper",
@@ -202,6 +217,8 @@ __all__ = [
     "bundled_text_encoder_path",
     "create_config",
     "create_model",
+    "family_of",
+    "model_class_of",
     "parameter_summary",
     "resolve_text_encoder",
 ]

@@ -374,12 +374,17 @@ class StandInHub:
         return 200, self._object(repo_type, repo_id, entry["sha256"]), headers
 
 
-def run_client(hub: StandInHub, home: Path, code: str, **args) -> dict:
-    """Run `code` in a fresh Python whose Hub is the stand-in (`ARGS` holds `args`); it prints one JSON line."""
+def run_client(hub: StandInHub, home: Path, code: str, without_medreco: bool = False, **args) -> dict:
+    """Run `code` in a fresh Python whose Hub is the stand-in (`ARGS` holds `args`); it prints one JSON line.
+    `without_medreco`: `import medreco` fails there (a machine without the package)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
     env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_XET="1", HF_HOME=str(home))
     env.update(HF_TOKEN="hf_standin", HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
     script = "import json, sys\nARGS = json.loads(sys.argv[1])\n" + textwrap.dedent(code)
+    if without_medreco:
+        from without_medreco import BLOCKER
+
+        script = BLOCKER + script
     result = subprocess.run(
         [sys.executable, "-c", script, json.dumps(args)],
         env=env,

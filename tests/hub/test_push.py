@@ -43,16 +43,8 @@ def test_push_then_load_by_repo_id_and_revision_without_medreco(tmp_path):
         loaded = run_client(
             hub,
             tmp_path / "home",
-            """
-            import builtins
-            real_import = builtins.__import__
-
-            def no_medreco(name, *args, **kwargs):
-                if name == "medreco" or name.startswith("medreco."):
-                    raise ImportError("medreco is not installed here")
-                return real_import(name, *args, **kwargs)
-
-            builtins.__import__ = no_medreco
+            without_medreco=True,
+            code="""
             import torch
             from huggingface_hub import ModelCard, hf_hub_download
             from safetensors.torch import save_file
@@ -78,7 +70,7 @@ def test_push_refuses_what_is_not_a_model_and_a_hub_that_is_not_there(tmp_path, 
     from medreco.cli import main
 
     assert main(["push", str(tmp_path), "--repo-id", "lab/model"]) == 2
-    assert "not a saved model (no config.json)" in capsys.readouterr().err
+    assert "not a saved model or adapter (no config.json or adapter_config.json)" in capsys.readouterr().err
     medreco.create_model("reranker", "tiny").save_pretrained(tmp_path / "model")
     assert main(["push", str(tmp_path / "model"), "--repo-id", "no-organisation"]) == 2
     assert "ORG/NAME" in capsys.readouterr().err
@@ -115,3 +107,51 @@ def test_a_second_push_replaces_the_first_and_never_makes_a_public_repository_pr
         assert "exists and is public" in refused and not hub.private("lab/model")
         assert run_client(hub, tmp_path / "home", push, folder=str(folder), private=False)["error"] is None
         assert "old-notes.txt" not in hub.files("lab/model") and "model.safetensors" in hub.files("lab/model")
+
+
+def test_a_lora_adapter_goes_up_alone_and_loads_onto_its_base_without_medreco(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = medreco.create_model("vlm", "tiny").eval()
+    base_folder = export_for_remote_code(base, tmp_path / "base")
+    lora = LoraConfig(r=4, target_modules=r".*language_model.*\.(q_proj|v_proj)", init_lora_weights=False)
+    adapted = get_peft_model(base, lora)
+    adapter_folder = tmp_path / "adapter"
+    adapted.save_pretrained(adapter_folder)
+    (adapter_folder / "training_args.bin").write_bytes(b"pickled arguments with local paths")
+    adapter = load_file(adapter_folder / "adapter_model.safetensors")
+    with StandInHub(tmp_path / "hub") as hub:
+        pushed = run_client(
+            hub,
+            tmp_path / "home",
+            """
+            from medreco.hub import push_to_hub
+            print(json.dumps({"commit": push_to_hub(ARGS["folder"], "lab/vlm-lora", revision="r1").commit}))
+            """,
+            folder=str(adapter_folder),
+        )
+        files = hub.files("lab/vlm-lora", revision="r1")
+        assert pushed["commit"] and {"adapter_config.json", "adapter_model.safetensors"} <= set(files)
+        assert "model.safetensors" not in files and "training_args.bin" not in files
+        loaded = run_client(
+            hub,
+            tmp_path / "home",
+            without_medreco=True,
+            code="""
+            from peft import PeftModel
+            from safetensors.torch import save_file
+            from transformers import AutoModelForImageTextToText
+
+            model = AutoModelForImageTextToText.from_pretrained(ARGS["base"], trust_remote_code=True)
+            model = PeftModel.from_pretrained(model, "lab/vlm-lora", revision="r1")
+            lora = {name: p.detach() for name, p in model.named_parameters() if "lora_" in name}
+            save_file(lora, ARGS["out"])
+            print(json.dumps({"count": len(lora)}))
+            """,
+            base=str(base_folder),
+            out=str(tmp_path / "lora.safetensors"),
+        )
+    assert loaded["count"] == len(adapter) > 0
+    downloaded = sorted(load_file(tmp_path / "lora.safetensors").values(), key=lambda t: (t.shape, t.sum().item()))
+    saved = sorted(adapter.values(), key=lambda t: (t.shape, t.sum().item()))
+    assert all(torch.equal(a, b) for a, b in zip(downloaded, saved, strict=True))

@@ -1,16 +1,12 @@
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoConfig
 
 import medreco
-from conftest import example_inputs, main_output, tiny_model
-from medreco.hub import export_for_remote_code
+from conftest import tiny_model
+from medreco.factory import family_of
 from medreco.modeling import AUTO_REGISTRATIONS
 
 # Each family's save/load round trip, strict loading, Auto classes and dtype: the battery of
@@ -42,30 +38,12 @@ def test_modeling_folder_is_self_contained():
         assert "from medreco" not in text and "import medreco" not in text and "from .." not in text, source.name
 
 
-@pytest.mark.parametrize("family", ["retrieval", "vlm"])
-def test_export_loads_with_trust_remote_code_without_medreco(family, tmp_path):
-    model = tiny_model(family)
-    inputs = example_inputs(model)
-    export_for_remote_code(model, tmp_path / "export")
-    config = json.loads((tmp_path / "export" / "config.json").read_text())
-    assert "AutoConfig" in config["auto_map"]
-    torch.save({k: v for k, v in inputs.items()}, tmp_path / "inputs.pt")
-    with torch.no_grad():
-        expected = main_output(model, model(**inputs))
-    auto = "AutoModelForImageTextToText" if family == "vlm" else "AutoModel"
-    script = textwrap.dedent(f"""
-        import sys, torch
-        sys.modules["medreco"] = None  # medreco must not be importable here
-        import transformers
-        model = transformers.{auto}.from_pretrained({str(tmp_path / "export")!r}, trust_remote_code=True).eval()
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        inputs = torch.load({str(tmp_path / "inputs.pt")!r}, weights_only=True)
-        with torch.no_grad():
-            out = model(**inputs)
-        value = out.logits if getattr(out, "logits", None) is not None else out.image_embeds
-        torch.save(value, {str(tmp_path / "out.pt")!r})
-    """)
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    torch.testing.assert_close(torch.load(tmp_path / "out.pt", weights_only=True), expected)
+def test_save_pretrained_writes_the_code_and_a_complete_auto_map(tmp_path):
+    """Loading without medreco is tested on every family in tests/hub/test_remote_code.py."""
+    for _, config_class, models in AUTO_REGISTRATIONS:
+        family = family_of(config_class())
+        tiny_model(family).save_pretrained(tmp_path / family)
+        auto_map = json.loads((tmp_path / family / "config.json").read_text())["auto_map"]
+        expected = {"AutoConfig": config_class, **{auto.__name__: model for auto, model in models}}
+        assert auto_map == {name: f"{c.__module__.rsplit('.', 1)[-1]}.{c.__name__}" for name, c in expected.items()}
+        assert all((tmp_path / family / f"{target.split('.')[0]}.py").is_file() for target in auto_map.values())

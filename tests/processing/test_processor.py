@@ -284,3 +284,48 @@ def test_letter_scoring_shares_the_forward_of_answer_scoring(processor):
     both = choose_options(model, processor, images, "chest_xray", question, options, ("letter", "answer"))
     alone = {s: choose_option(model, processor, images, "chest_xray", question, options, s) for s in both}
     assert both == alone
+
+
+def test_pil_images_read_like_their_png_files_and_generation_prompts_carry_no_labels(processor, tmp_path):
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((50, 60)) * 255).astype("uint8")
+    Image.fromarray(pixels).convert("RGB").save(tmp_path / "scan.png")
+    image_processor = processor.image_processor
+    from_file = image_processor(str(tmp_path / "scan.png"), modalities="chest_xray")["pixel_values"]
+    with Image.open(tmp_path / "scan.png") as loaded:  # an RGB PIL image, as datasets and TRL pass them
+        from_pil = image_processor(loaded, modalities="chest_xray")["pixel_values"]
+    torch.testing.assert_close(from_pil, from_file)
+    with pytest.raises(TypeError, match="cannot read a dict as an image"):
+        image_processor([{"path": "scan.png"}], modalities="chest_xray")
+    prompt = processor.apply_chat_template(
+        conversation(images=[loaded, loaded])[:1], tokenize=True, return_dict=True, add_generation_prompt=True
+    )
+    assert "labels" not in prompt and "assistant_masks" not in prompt and prompt["pixel_values"]
+    training = processor.apply_chat_template(conversation(images=[loaded, loaded]), tokenize=True, return_dict=True)
+    assert "labels" in training
+
+
+def test_the_retrieval_processor_feeds_images_and_entity_texts_to_the_retrieval_model(tmp_path):
+    from medreco.processing import MedReCoRetrievalProcessor
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_text_encoder_path())
+    recipes = {"chest_xray": {"size": [1, 40, 40]}}
+    processor = MedReCoRetrievalProcessor(MedReCoImageProcessor(recipes=recipes), tokenizer)
+    model = medreco.create_model("retrieval", "tiny", text_model_name_or_path=medreco.BUNDLED_TEXT_ENCODER).eval()
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    reloaded = AutoProcessor.from_pretrained(tmp_path)
+    assert type(reloaded) is MedReCoRetrievalProcessor  # not the VLM's chat processor
+    images = reloaded(images=[np.random.rand(50, 50), np.random.rand(50, 50)], modalities="chest_xray")
+    entity = reloaded(text=["pleural effusion"])
+    assert set(images) == {"pixel_values", "modality_ids"} and set(entity) == {"input_ids", "attention_mask"}
+    with torch.no_grad():
+        embedding = model.get_text_embeddings(**entity)
+        features = model.get_image_features(**images, entity_embeddings=embedding, pairwise=True).features
+    assert features.shape == (1, 2, model.config.vision_config.hidden_size)
+    torch.testing.assert_close(embedding, model.encode_entity_texts(["pleural effusion"], tokenizer))
+    with pytest.raises(ValueError, match="modalities"):
+        reloaded(images=[np.random.rand(50, 50)])
+    with pytest.raises(ValueError, match="images, text or both"):
+        reloaded()

@@ -9,6 +9,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForImageTextToText
 
+from conftest import example_inputs
+from medreco.cli import main
 from medreco.training import RecipeError
 from medreco.training.stage2 import Stage2Trainer
 from toy_training import stage2_config
@@ -18,6 +20,7 @@ from toy_training import stage2_config
 def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora, capsys):
     _, stage1_out, _, _ = stage1_run
     config = stage2_config(toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}")
+    config.lora.keep_adapter = lora
     trainer = Stage2Trainer(config)
     vision_before = {k: v.clone() for k, v in trainer.model.model.vision_tower.state_dict().items()}
     projector_before = {k: v.clone() for k, v in trainer.model.model.multi_modal_projector.state_dict().items()}
@@ -33,6 +36,16 @@ def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, l
         for name, tensor in model.model.multi_modal_projector.state_dict().items()
     )
     assert not any("lora" in key for key in load_file(tmp_path / "final" / "model.safetensors"))
+    if lora:  # the adapters alone, and the base they apply to: together, the merged model
+        from peft import PeftModel
+
+        adapter = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+        assert adapter and not any("vision_tower" in key for key in adapter)
+        base = AutoModelForImageTextToText.from_pretrained(tmp_path / "base")
+        adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+        inputs = example_inputs(model)
+        with torch.no_grad():
+            torch.testing.assert_close(adapted(**inputs).logits, model.eval()(**inputs).logits, atol=1e-4, rtol=1e-4)
     # generate() stops at the end of the assistant's turn without being told (pipelines too)
     generation = json.loads((tmp_path / "final" / "generation_config.json").read_text())
     tokenizer = trainer.processor.tokenizer
@@ -108,7 +121,7 @@ def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run
         Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
 
 
-def test_qlora_is_refused_without_cuda(stage1_run, toy, tmp_path):
+def test_qlora_is_refused_without_cuda_in_one_line(stage1_run, toy, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: QLoRA is allowed")
     _, stage1_out, _, _ = stage1_run
@@ -117,6 +130,12 @@ def test_qlora_is_refused_without_cuda(stage1_run, toy, tmp_path):
     )
     with pytest.raises(RecipeError, match="CUDA"):
         Stage2Trainer(config)
+    settings = [f"data.mined_dir={toy}", f"vision_model={stage1_out / 'final'}", "lora.enabled=true"]
+    settings += ["lora.quantization=4bit", "language_model=some/lm"]
+    command = ["train", "stage2", "--config", "tiny", "--out", str(tmp_path / "cli")]
+    assert main([*command, *(f"--set={s}" for s in settings)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "needs a CUDA GPU" in error[0] and not (tmp_path / "cli" / "final").exists()
 
 
 def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, toy, tmp_path):

@@ -49,6 +49,25 @@ FAMILIES = {
         "visual-question-answering",
     ),
 }
+# How a user calls the loaded model, after `processor` and `model` are loaded (the card's Use section)
+USAGE = {
+    "vlm": (
+        'messages = [{"role": "user", "content": [',
+        '    {"type": "image", "image": "prior_ct_series/", "modality": "chest_ct"},',
+        '    {"type": "image", "image": "current_ct.nii.gz", "modality": "chest_ct"},',
+        '    {"type": "text", "text": "Has the pleural effusion changed?"}]}]',
+        "inputs = processor.apply_chat_template(messages, tokenize=True, return_dict=True,",
+        '                                       add_generation_prompt=True, return_tensors="pt")',
+        "answer = model.generate(**inputs, max_new_tokens=64)",
+        'print(processor.decode(answer[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
+    ),
+    "retrieval": (
+        'images = processor(images=["query.dcm", "reference.png"], modalities="chest_xray")',
+        'entity = model.get_text_embeddings(**processor(text=["pleural effusion"]))',
+        "features = model.get_image_features(**images, entity_embeddings=entity, pairwise=True).features[0]",
+        "similarity = model.score(features[0], features[1])  # entity-specific, in [-1, 1]",
+    ),
+}
 SYNTHETIC_COHORT = "medreco-synthetic-cohort"
 PRIVACY = (
     "medreco never copies identifying DICOM attributes (names, IDs, dates of birth, institution) into "
@@ -136,13 +155,15 @@ def model_card(
         "## Use",
         "",
         "```python",
-        "import medreco  # registers the model types with the Auto classes",
-        f"from transformers import {kind.auto_class}",
-        f'model = {kind.auto_class}.from_pretrained("path/to/this/folder")',
+        f"from transformers import AutoProcessor, {kind.auto_class}",
+        f'processor = AutoProcessor.from_pretrained("{name}", trust_remote_code=True)',
+        f'model = {kind.auto_class}.from_pretrained("{name}", trust_remote_code=True)',
+        *USAGE.get(family, ()),
         "```",
         "",
-        "Without medreco installed, export the model with `medreco export` and load it with",
-        "`trust_remote_code=True`.",
+        "The folder carries its model and processor code, so it loads without medreco installed",
+        "(`pip install transformers pydicom nibabel` reads DICOM, NIfTI, PNG and JPEG). With medreco",
+        "installed, `import medreco` registers the model types and `trust_remote_code` is not needed.",
         "",
         "## Training data",
         "",
@@ -187,4 +208,4 @@ def write_model_card(card: ModelCard, folder: str | Path) -> Path:
     return path
 
 
-__all__ = ["FAMILIES", "PRIVACY", "SYNTHETIC_COHORT", "Score", "model_card", "write_model_card"]
+__all__ = ["FAMILIES", "PRIVACY", "SYNTHETIC_COHORT", "USAGE", "Score", "model_card", "write_model_card"]

@@ -1,40 +1,72 @@
-"""Save a model so that plain transformers loads it with `trust_remote_code=True`.
+"""Hub-ready model folders: everything plain transformers needs, with or without medreco installed.
 
-The files of `medreco/modeling` are self-contained (relative imports only); they are copied flat
-next to the weights and `auto_map` in `config.json` points the Auto classes at them."""
+`save_pretrained` of every medreco model and processor already writes its code and `auto_map`
+(see `medreco.modeling.register_auto_classes` and `medreco.processing.remote_code`). An exported
+folder holds them together: weights (safetensors), `config.json` with AutoConfig / AutoModel /
+AutoModelForImageTextToText in `auto_map`, the generation config, the processor (tokenizer, chat
+template, image settings, AutoProcessor / AutoImageProcessor in `processor_config.json`), the
+code of both, and a model card."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-from transformers import PreTrainedModel
+from huggingface_hub import ModelCard
+from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer, PreTrainedModel
 
-from .. import modeling
-from ..atomic import write_text_atomically
-from ..modeling import AUTO_REGISTRATIONS, DEPRECATED_MODULES
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+from ..errors import MedReCoError
+from ..factory import family_of, model_class_of
+from ..processing import MedReCoRetrievalProcessor
+from .card import model_card, write_model_card
 
 
-def export_for_remote_code(model: PreTrainedModel, directory: str | Path) -> Path:
-    """`save_pretrained` (safetensors) plus the modeling code and an `auto_map` for remote-code loading."""
+class ExportError(MedReCoError, ValueError):
+    """A folder that is not a saved medreco model."""
+
+
+def export_for_remote_code(
+    model: PreTrainedModel, directory: str | Path, processor=None, card: ModelCard | None = None
+) -> Path:
+    """Save `model`, its `processor` (if any) and a model card (`card`, or a plain one for the
+    model's family) into one folder that loads with `trust_remote_code=True` anywhere."""
     directory = Path(directory)
     model.save_pretrained(directory)
-    for source in Path(modeling.__file__).parent.glob("*.py"):
-        if source.name != "__init__.py" and source.stem not in DEPRECATED_MODULES:
-            shutil.copyfile(source, directory / source.name)
-    config_class = type(model.config)
-    auto_map = {"AutoConfig": _qualified(config_class)}
-    for _, registered_config, models in AUTO_REGISTRATIONS:
-        if registered_config is config_class:
-            for auto_class, model_class in models:
-                auto_map[auto_class.__name__] = _qualified(model_class)
-    config_path = directory / "config.json"
-    config = json.loads(config_path.read_text())
-    config["auto_map"] = auto_map
-    write_text_atomically(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if processor is not None:
+        processor.save_pretrained(directory)
+    write_model_card(card or model_card(family_of(model.config)), directory)
     return directory
+
+
+def load_processor(folder: str | Path, family: str):
+    """The processor saved in a model folder: the VLM's or retrieval model's processor, or the image
+    processor alone (vision encoder, reranker); None when the folder holds none. Folders written
+    before the retrieval processor existed (tokenizer and image settings side by side) are paired up."""
+    folder = Path(folder)
+    if (folder / "processor_config.json").exists():
+        return AutoProcessor.from_pretrained(folder)
+    if not (folder / "preprocessor_config.json").exists():
+        return None
+    image_processor = AutoImageProcessor.from_pretrained(folder)
+    if family == "retrieval" and (folder / "tokenizer_config.json").exists():
+        return MedReCoRetrievalProcessor(image_processor, AutoTokenizer.from_pretrained(folder))
+    return image_processor
+
+
+def export_folder(checkpoint: str | Path, directory: str | Path) -> Path:
+    """Re-save a saved model folder (`save_pretrained`, `medreco train`) Hub-ready: the model, the
+    processor saved with it, and its model card (a plain card when it has none)."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "config.json").is_file():
+        raise ExportError(f"{checkpoint}: not a saved model folder (no config.json)")
+    if Path(directory).resolve() == checkpoint.resolve():
+        raise ExportError(f"{directory}: export into a new folder, not onto the checkpoint itself")
+    try:
+        family = family_of(AutoConfig.from_pretrained(checkpoint))
+    except ValueError as error:
+        raise ExportError(f"{checkpoint}: {error}") from None
+    model = model_class_of(family).from_pretrained(checkpoint)
+    card = ModelCard.load(checkpoint / "README.md") if (checkpoint / "README.md").is_file() else None
+    return export_for_remote_code(model, directory, load_processor(checkpoint, family), card)
+
+
+__all__ = ["ExportError", "export_folder", "export_for_remote_code", "load_processor"]

@@ -1,9 +1,10 @@
 """Share a saved model folder on the Hugging Face Hub, through `huggingface_hub`.
 
-The folder goes up as it is (weights, config, processor, tokenizer, generation config, model card,
-and the model code when it was written by `medreco export`); nothing is read from or added about
-the images it was trained on. Loading it back: `AutoModel.from_pretrained("org/name",
-revision=..., trust_remote_code=True)` for an exported folder, or with `import medreco` first."""
+The folder goes up as it is (weights, config, processor, tokenizer, generation config, model card
+and the code `save_pretrained` writes beside them); nothing is read from or added about the images
+it was trained on. Loading it back, with or without medreco installed:
+`AutoModel.from_pretrained("org/name", revision=..., trust_remote_code=True)`. A LoRA adapter
+saved alone (TRL's `--use_peft`) goes up the same way and loads with `PeftModel.from_pretrained`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from ..errors import MedReCoError
 
 logger = logging.getLogger(__name__)
 # Never uploaded: training checkpoints and caches a run folder may hold next to the model, and the
-# recipe as run (`training_config.json`), whose paths name folders of the machine that trained it.
+# recipe or arguments as run (`training_config.json`, `training_args.bin`), whose paths name folders of
+# the machine that trained it.
 IGNORE_PATTERNS = [
     "checkpoint-*",
     "**/checkpoint-*",
@@ -24,6 +26,7 @@ IGNORE_PATTERNS = [
     "**/__pycache__/**",
     ".cache/**",
     "training_config.json",
+    "training_args.bin",  # TRL / Trainer's arguments: a pickle, with this machine's paths
 ]
 
 
@@ -47,23 +50,41 @@ def push_to_hub(
     commit_message: str | None = None,
     token: str | None = None,
 ) -> PushResult:
-    """Upload a `save_pretrained` (or `medreco export`) folder to the model repository `repo_id`
+    """Upload a `save_pretrained` (or `medreco export`) folder, or a LoRA adapter saved on its own
+    (PEFT's `adapter_config.json` + `adapter_model.safetensors`), to the model repository `repo_id`
     ("org/name"), creating the repository (and the branch `revision`) when missing."""
+    folder = Path(folder)
+    if not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
+        raise HubPushError(
+            f"{folder}: not a saved model or adapter (no config.json or adapter_config.json); "
+            "push the folder save_pretrained wrote"
+        )
+    _warn_about_mined_vocabulary(folder)
+    return upload_folder(folder, repo_id, "model", private, revision, commit_message, token)
+
+
+def upload_folder(
+    folder: Path,
+    repo_id: str,
+    repo_type: str,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> PushResult:
+    """Make the Hub repository `repo_id` (of `repo_type`, "model" or "dataset") hold exactly `folder`
+    (less `IGNORE_PATTERNS`) on branch `revision`, creating repository and branch when missing."""
     from huggingface_hub import HfApi
 
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise HubPushError(f"{folder}: not a saved model (no config.json); push the folder save_pretrained wrote")
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubPushError(f"{repo_id!r}: a Hub repository is named ORG/NAME")
-    _warn_about_mined_vocabulary(folder)
     api = HfApi(token=token)
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        if private and not api.repo_info(repo_id, repo_type="model").private:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type)
+        if private and not api.repo_info(repo_id, repo_type=repo_type).private:
             raise HubPushError(f"{repo_id}: the repository exists and is public; --private would not make it private")
         if revision is not None and revision != "main":
-            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type=repo_type)
         info = api.upload_folder(
             repo_id=repo_id,
             folder_path=folder,
@@ -71,12 +92,12 @@ def push_to_hub(
             commit_message=commit_message or f"Upload {folder.name} with medreco",
             ignore_patterns=IGNORE_PATTERNS,
             delete_patterns="*",  # files of an earlier push that this folder no longer has
-            repo_type="model",
+            repo_type=repo_type,
         )
     except (OSError, *_transport_errors()) as error:  # huggingface_hub's HTTP, connection, offline errors
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise HubPushError(f"{repo_id}: the Hub did not take the upload ({reason})") from error
-    logger.info("pushed %s to %s (%s)", folder, repo_id, info.oid)
+    logger.info("pushed %s to %s %s (%s)", folder, repo_type, repo_id, info.oid)
     return PushResult(repo_id, revision or "main", info.oid, info.commit_url)
 
 
@@ -101,4 +122,4 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     return (httpx2.HTTPError,)
 
 
-__all__ = ["HubPushError", "IGNORE_PATTERNS", "PushResult", "push_to_hub"]
+__all__ = ["HubPushError", "IGNORE_PATTERNS", "PushResult", "push_to_hub", "upload_folder"]

@@ -1,7 +1,8 @@
 """MedReCo model families as Hugging Face classes, registered with the Auto classes on import.
 
-This folder is self-contained (relative imports only), so `medreco.hub.export_for_remote_code`
-can copy it next to a checkpoint for `trust_remote_code=True` loading without medreco installed."""
+This folder is self-contained (relative imports only): `save_pretrained` copies the modules a model
+needs next to its weights (transformers' `custom_object_save`), for `trust_remote_code=True` loading
+without medreco installed."""
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
 
@@ -22,9 +23,6 @@ from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, cou
 from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
 from .modeling_vlm import MedReCoForConditionalGeneration, MedReCoVLMModel, MedReCoVLMOutput
 
-# Old module paths kept for one release; `export_for_remote_code` leaves them out.
-DEPRECATED_MODULES = ("configuration_medreco", "modeling_medreco")
-
 AUTO_REGISTRATIONS = (
     # (model_type, config class, [(auto class, model class), ...])
     ("medreco_vision", MedReCoVisionConfig, [(AutoModel, MedReCoVisionModel)]),
@@ -39,11 +37,15 @@ AUTO_REGISTRATIONS = (
 
 
 def register_auto_classes() -> None:
-    """Make `AutoConfig`/`AutoModel`/`AutoModelForImageTextToText` resolve the medreco model types."""
+    """Make `AutoConfig`/`AutoModel`/`AutoModelForImageTextToText` resolve the medreco model types,
+    and make `save_pretrained` write this folder's code and an `auto_map` beside the weights, so the
+    saved folder loads with `trust_remote_code=True` where medreco is not installed."""
     for model_type, config_class, models in AUTO_REGISTRATIONS:
         AutoConfig.register(model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class()
         for auto_class, model_class in models:
             auto_class.register(config_class, model_class, exist_ok=True)
+            model_class.register_for_auto_class(auto_class.__name__)
 
 
 register_auto_classes()
@@ -52,7 +54,6 @@ __all__ = [
     "AUTO_REGISTRATIONS",
     "BIOLORD_2023",
     "CheckpointMismatchError",
-    "DEPRECATED_MODULES",
     "ConditionerOutput",
     "DEFAULT_MODALITIES",
     "MedReCoConditioner",

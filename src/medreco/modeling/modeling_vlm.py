@@ -214,6 +214,14 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
     def get_output_embeddings(self) -> nn.Module:
         return self.lm_head
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also maps `AutoModel` (the VLM without its LM head) in `config.json`'s `auto_map`, beside
+        `AutoConfig` and `AutoModelForImageTextToText`, as Qwen2-VL folders do."""
+        if self._auto_class is not None:
+            base = f"{type(self.model).__module__.rsplit('.', 1)[-1]}.{type(self.model).__name__}"
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": base}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @property
     def vision_tower(self) -> MedReCoVisionModel:
         return self.model.vision_tower

@@ -1,14 +1,15 @@
 """From files to model input: readers, geometry, preprocessing, processors, tokenizers, cache, privacy."""
 
-from transformers import AutoImageProcessor
+from transformers import AutoImageProcessor, AutoProcessor
 
-from ..modeling import MedReCoConfig, MedReCoVLMConfig
+from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVisionConfig, MedReCoVLMConfig
 from .cache import TensorCache, content_digest
 from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
 from .image_processing_medreco import MedReCoImageProcessor, write_model_input
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
 from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file, deidentify_tree
-from .processing_medreco import CHAT_TEMPLATE, MedReCoProcessor, conversation, register_processor
+from .processing_medreco import CHAT_TEMPLATE, MedReCoProcessor, conversation
+from .processing_retrieval import MedReCoRetrievalProcessor
 from .readers import (
     ReaderOptions,
     list_dicom_series,
@@ -18,11 +19,20 @@ from .readers import (
     read_nifti,
     read_raster,
 )
+from .remote_code import RemoteCodeError, flat_sources
 from .tokenization import train_wordpiece_tokenizer
 
-for _config in (MedReCoConfig, MedReCoVLMConfig):
-    AutoImageProcessor.register(_config, image_processor_classes={"pil": MedReCoImageProcessor}, exist_ok=True)
-register_processor()
+
+def register_processors() -> None:
+    """Every family reads images with `MedReCoImageProcessor`; the retrieval model pairs it with its
+    text tokenizer, the VLM with its chat tokenizer and template."""
+    for config in (MedReCoVisionConfig, MedReCoConfig, MedReCoRerankerConfig, MedReCoVLMConfig):
+        AutoImageProcessor.register(config, image_processor_classes={"pil": MedReCoImageProcessor}, exist_ok=True)
+    AutoProcessor.register(MedReCoConfig, MedReCoRetrievalProcessor, exist_ok=True)
+    AutoProcessor.register(MedReCoVLMConfig, MedReCoProcessor, exist_ok=True)
+
+
+register_processors()
 
 __all__ = [
     "CANONICAL_AXES",
@@ -31,6 +41,10 @@ __all__ = [
     "CHAT_TEMPLATE",
     "MedReCoImageProcessor",
     "MedReCoProcessor",
+    "MedReCoRetrievalProcessor",
+    "RemoteCodeError",
+    "flat_sources",
+    "register_processors",
     "ModalityRecipe",
     "TensorCache",
     "content_digest",

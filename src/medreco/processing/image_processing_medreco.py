@@ -16,17 +16,19 @@ import torch
 from safetensors.torch import save_file
 from transformers.image_processing_base import BatchFeature
 from transformers.image_processing_utils import BaseImageProcessor
+from transformers.image_utils import is_pil_image
 
 from ..atomic import atomic_path
 from ..modeling.configuration_vision import DEFAULT_MODALITIES
 from .cache import DigestMemo, TensorCache
 from .geometry import ImageGeometry, MedicalImage
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image
-from .readers import ReaderOptions, load_image
+from .readers import ReaderOptions, from_pil_image, load_image
+from .remote_code import AutoEntry, save_with_code
 
 logger = logging.getLogger(__name__)
 
-ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage
+ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage  # or a PIL image
 
 
 class MedReCoImageProcessorKwargs(TypedDict, total=False):
@@ -95,6 +97,11 @@ class MedReCoImageProcessor(BaseImageProcessor):
         # tensor_cache_dir is a setting of this machine, not of the model: it is never saved or shared
         return {k: v for k, v in super().to_dict().items() if not k.startswith("_") and k != "tensor_cache_dir"}
 
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        """`preprocessor_config.json`, plus this code for `trust_remote_code=True` loading."""
+        entries = [AutoEntry("AutoImageProcessor", type(self), "preprocessor_config.json")]
+        return save_with_code(self, super().save_pretrained, save_directory, push_to_hub, entries, **kwargs)
+
     def recipe(self, modality: str) -> ModalityRecipe:
         if modality not in self.modalities:
             raise ValueError(f"unknown modality {modality!r}; this processor knows {self.modalities}")
@@ -145,6 +152,13 @@ class MedReCoImageProcessor(BaseImageProcessor):
             return tensor
         if isinstance(image, MedicalImage):
             return preprocess_image(image, recipe, modality, self.pad_value)
+        if is_pil_image(image):
+            return preprocess_image(from_pil_image(image, self.reader_options), recipe, modality, self.pad_value)
+        if not isinstance(image, (np.ndarray, torch.Tensor)):
+            raise TypeError(
+                f"cannot read a {type(image).__name__} as an image: give a path (DICOM file or series folder, "
+                "NIfTI, PNG, JPEG), a PIL image, an array or a MedicalImage"
+            )
         return preprocess_image(self.array_to_image(image, spacing), recipe, modality, self.pad_value)
 
     @staticmethod
@@ -174,7 +188,7 @@ class MedReCoImageProcessor(BaseImageProcessor):
         flattened in order). `modalities` is one name for all, or one per image (or per tuple).
         Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)`, `depth` `(N,)` (1 for 2D
         images) and `images_per_sample`."""
-        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage)):
+        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage)) or is_pil_image(images):
             images = [images]
         samples = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in images]
         if isinstance(modalities, str):

@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import AutoProcessor
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
 from ..errors import UnknownEntityError
-from ..modeling import MedReCoConfig, MedReCoVLMConfig
 from .image_processing_medreco import MedReCoImageProcessor
+from .remote_code import AutoEntry, save_with_code
 
 IMAGE_TOKEN, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
 TURN_START, TURN_END = "<|im_start|>", "<|im_end|>"
@@ -274,6 +273,8 @@ class MedReCoProcessor(ProcessorMixin):
         )
         if not return_assistant_tokens_mask:
             output.pop("assistant_masks", None)
+        if kwargs.get("add_generation_prompt"):  # a prompt for generate(): no answer to supervise
+            output.pop("labels", None)
         if return_tensors is None:  # the transformers convention: lists unless tensors are asked for
             output = BatchFeature({key: value.tolist() for key, value in output.items()})
         return output if return_dict else output["input_ids"]
@@ -288,6 +289,14 @@ class MedReCoProcessor(ProcessorMixin):
     def model_input_names(self) -> list[str]:
         names = ["input_ids", "attention_mask", "pixel_values", "modality_ids"]
         return [*names, "entity_ids"] if self.entity_vocabulary is not None else names
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        """Tokenizer, chat template and settings, plus this code for `trust_remote_code=True` loading."""
+        entries = [
+            AutoEntry("AutoProcessor", type(self), "processor_config.json"),
+            AutoEntry("AutoImageProcessor", type(self.image_processor), "processor_config.json", "image_processor"),
+        ]
+        return save_with_code(self, super().save_pretrained, save_directory, push_to_hub, entries, **kwargs)
 
 
 def conversation(
@@ -313,9 +322,4 @@ def conversation(
     return messages
 
 
-def register_processor() -> None:
-    for config in (MedReCoConfig, MedReCoVLMConfig):
-        AutoProcessor.register(config, MedReCoProcessor, exist_ok=True)
-
-
-__all__ = ["CHAT_TEMPLATE", "IMAGE_TOKEN", "MedReCoProcessor", "SPECIAL_TOKENS", "conversation", "register_processor"]
+__all__ = ["CHAT_TEMPLATE", "IMAGE_TOKEN", "MedReCoProcessor", "SPECIAL_TOKENS", "conversation"]

@@ -505,24 +505,33 @@ def read_raster(path: str | Path, options: ReaderOptions | None = None) -> Medic
     """A PNG or JPEG radiograph or ultrasound frame (8 or 16 bit, greyscale or colour)."""
     from PIL import Image, UnidentifiedImageError
 
-    options = options or ReaderOptions()
     path = Path(path)
-    notes: list[str] = []
     try:
         with Image.open(path) as image:
             image.load()
-            mode = image.mode
-            if mode in ("RGB", "RGBA", "P", "LA", "CMYK", "YCbCr"):
-                notes.append(f"{mode} colour converted to greyscale luminance")
-                image = image.convert("L")
-                mode = "L"
-            pixels = np.asarray(image)
+            pixels = image.copy()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise UnreadableImageError(path, f"not a readable PNG/JPEG image ({type(error).__name__})") from None
+    return from_pil_image(pixels, options, path)
+
+
+def from_pil_image(image, options: ReaderOptions | None = None, source: str | Path = "<PIL image>") -> MedicalImage:
+    """A loaded PIL image (how `datasets` and TRL hand images over): colour becomes greyscale
+    luminance; PNG/JPEG carry no pixel spacing, so 1 mm is assumed."""
+    options = options or ReaderOptions()
+    notes: list[str] = []
+    mode = image.mode
+    if mode in ("RGB", "RGBA", "P", "LA", "CMYK", "YCbCr"):
+        notes.append(f"{mode} colour converted to greyscale luminance")
+        image = image.convert("L")
+        mode = "L"
+    pixels = np.asarray(image)
     top = 255.0 if pixels.dtype == np.uint8 else 65535.0 if mode.startswith("I;16") else float(pixels.max() or 1)
     notes.append("no pixel spacing in PNG/JPEG: 1 mm assumed")
     geometry = ImageGeometry(spacing=(1.0, 1.0, 1.0), spacing_known=False)
-    return finish_image(pixels.astype(np.float32)[None], geometry, "", path, "MONOCHROME2", notes, options, (0.0, top))
+    return finish_image(
+        pixels.astype(np.float32)[None], geometry, "", Path(source), "MONOCHROME2", notes, options, (0.0, top)
+    )
 
 
 def finish_image(
@@ -557,6 +566,7 @@ def finish_image(
 
 __all__ = [
     "ReaderOptions",
+    "from_pil_image",
     "list_dicom_series",
     "load_image",
     "read_dicom_dataset",

@@ -121,6 +121,9 @@ class LoraSettings:
     dropout: float = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     quantization: Literal["none", "4bit"] = "none"  # 4bit = QLoRA, needs CUDA and bitsandbytes
+    # besides the merged final/: adapter/ (the adapters and projector alone, PEFT format) and base/
+    # (the VLM they apply to, written once), to share adapters without a full copy each run
+    keep_adapter: bool = False
 
 
 @dataclass

@@ -164,7 +164,10 @@ class RerankerTrainer:
         if not result.summary.get("stopped_early"):
             config = self.config
 
+            image_processor = self.encoder.image_processor
+
             def companions(folder: Path) -> None:
+                image_processor.save_pretrained(folder)  # the images the reranker's tokens came from
                 write_run_record(folder, config, result.summary, "reranker")
 
             result.save_pretrained(out / "final", companions)

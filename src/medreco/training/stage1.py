@@ -26,7 +26,7 @@ from ..data.mining.similarity import statement_key
 from ..data.reports.ontology import entity_prompts
 from ..factory import create_model, hub_model_id, resolve_text_encoder
 from ..modeling import MedReCoModel
-from ..processing import MedReCoImageProcessor
+from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .config import DataConfig, ModelSource, Stage1Config
 from .data import ImageStore, batch_size_rule, check_nonempty
 from .loop import Phase, PhaseResult, train_phase, write_run_record
@@ -318,8 +318,7 @@ class Stage1Trainer:
 
     def _save_companions(self, summaries: dict):
         def write(folder: Path) -> None:
-            self.tokenizer.save_pretrained(folder)
-            self.image_processor.save_pretrained(folder)
+            MedReCoRetrievalProcessor(self.image_processor, self.tokenizer).save_pretrained(folder)
             write_run_record(folder, self.config, summaries, "retrieval", hub_model_id(self.config.text_encoder))
 
         return write

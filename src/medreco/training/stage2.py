@@ -11,6 +11,7 @@ one batch each (shuffled per epoch) and read in that order."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 from pathlib import Path
@@ -210,6 +211,8 @@ def _four_bit_config():
             "stage2: lora.quantization=4bit (QLoRA) needs a CUDA GPU with bitsandbytes; this machine has none. "
             "Use lora.quantization=none (LoRA in full precision) on a CPU."
         )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RecipeError('stage2: lora.quantization=4bit (QLoRA) needs bitsandbytes: pip install "medreco[qlora]"')
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(
@@ -356,11 +359,25 @@ class Stage2Trainer:
 
     def train(self, max_steps: int | None = None) -> dict:
         out = Path(self.config.run.output_dir)
+        keep_adapter = self.config.lora.enabled and self.config.lora.keep_adapter
+        if keep_adapter and not (out / "base").exists():
+            from accelerate import PartialState
+
+            if PartialState().is_main_process:
+                base = {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"}
+                self._save(out / "base", self.model, base)
         trainer = self.trainer(max_steps)
         checkpoint_dir = Path(trainer.args.output_dir)
         resume = self.config.run.resume and any(checkpoint_dir.glob("checkpoint-*"))
         output = trainer.train(resume_from_checkpoint=True if resume else None)
         model = trainer.model
+        if keep_adapter and trainer.is_world_process_zero():
+
+            def write_adapter(folder: Path) -> None:
+                model.save_pretrained(folder)  # PEFT: adapter_config.json + adapter_model.safetensors
+                self.processor.save_pretrained(folder)
+
+            save_folder_atomically(out / "adapter", write_adapter)
         if self.config.lora.enabled:
             model = model.merge_and_unload()  # a plain MedReCo VLM that from_pretrained loads
         self.model = model
@@ -375,15 +392,19 @@ class Stage2Trainer:
             "lora": self.config.lora.enabled,
         }
         if trainer.is_world_process_zero():
-            config = self.config
-
-            def write(folder: Path) -> None:
-                model.save_pretrained(folder)
-                self.processor.save_pretrained(folder)
-                write_run_record(folder, config, summary, "vlm", hub_model_id(config.language_model))
-
-            save_folder_atomically(out / "final", write)
+            self._save(out / "final", model, summary)
         return {"stage2": summary}
+
+    def _save(self, folder: Path, model, summary: dict) -> None:
+        """A Hub-ready VLM folder (model, processor, their code, card), swapped into place whole."""
+        config = self.config
+
+        def write(temporary: Path) -> None:
+            model.save_pretrained(temporary)
+            self.processor.save_pretrained(temporary)
+            write_run_record(temporary, config, summary, "vlm", hub_model_id(config.language_model))
+
+        save_folder_atomically(folder, write)
 
 
 def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:

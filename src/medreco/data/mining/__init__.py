@@ -1,6 +1,6 @@
 """Supervision mined from routine reports: report similarity, ranking triplets, longitudinal labels,
 comparative questions and patient-level splits (`pipeline.mine` writes the tables, `mined.MinedData`
-reads them back)."""
+reads them back, `sharing.push_mined_dataset` shares them on the Hub, pseudonymised)."""
 
 from .mined import MINED_TABLES, MinedData, Study
 from .pipeline import (
@@ -14,6 +14,7 @@ from .pipeline import (
     read_study_manifest,
     split_studies,
 )
+from .sharing import SHARED_COLUMNS, SharedDataset, push_mined_dataset, shareable_tables
 
 __all__ = [
     "MINED_TABLES",
@@ -21,11 +22,15 @@ __all__ = [
     "MinedData",
     "MiningConfig",
     "MiningWorkerError",
+    "SHARED_COLUMNS",
+    "SharedDataset",
     "Study",
     "comparative_vqa",
     "decompose_all",
     "longitudinal_labels",
     "mine",
+    "push_mined_dataset",
     "read_study_manifest",
+    "shareable_tables",
     "split_studies",
 ]

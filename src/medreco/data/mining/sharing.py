@@ -1,0 +1,210 @@
+"""Share mined supervision on the Hub as a dataset: one configuration per table, split by the
+patient-level splits of `medreco mine`, with a dataset card.
+
+What leaves the machine is decided column by column (`SHARED_COLUMNS`), never by what a table
+happens to hold: patient and study identifiers become pseudonyms (`patient-0001`, `study-0001`,
+numbered in an order keyed by a random secret, so neither the numbering nor a hash reveals the
+originals), image paths stay home, and report text (the `report` column and the sentence behind
+each entity statement) goes up only when asked for. The pseudonym table, which links back to the
+archive, is written locally for the user to keep."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from ...atomic import write_text_atomically
+from ...hub.push import HubPushError, PushResult, upload_folder
+from .mined import MINED_TABLES
+
+logger = logging.getLogger(__name__)
+
+# The columns each table shares; any other column (a future one included) stays home.
+SHARED_COLUMNS = {
+    "studies": ("study_id", "patient_id", "modality", "split", "statements"),
+    "triplets": ("anchor", "positive", "negative", "entity_id", "modality", "split"),
+    "retrieval": ("query", "entity_id", "modality", "split", "gallery", "relevant", "irrelevant"),
+    "longitudinal": ("prior", "current", "patient_id", "entity_id", "label", "attribute", "split"),
+    "vqa": (
+        "study_a",
+        "study_b",
+        "entity_id",
+        "dimension",
+        "question",
+        "options",
+        "answer",
+        "open_question",
+        "open_answer",
+        "labels",
+        "split",
+    ),
+}
+STUDY_COLUMNS = {"study_id", "anchor", "positive", "negative", "query", "gallery", "relevant", "irrelevant"}
+STUDY_COLUMNS |= {"prior", "current", "study_a", "study_b"}
+
+
+@dataclass(frozen=True)
+class SharedDataset:
+    """The shareable tables (table -> split -> rows) and the pseudonyms (original -> pseudonym)."""
+
+    tables: dict[str, dict[str, list[dict]]]
+    patients: dict[str, str]
+    studies: dict[str, str]
+    include_reports: bool
+
+
+def _pseudonyms(originals: set[str], prefix: str, key: bytes) -> dict[str, str]:
+    order = sorted(originals, key=lambda value: hashlib.blake2b(value.encode(), key=key).hexdigest())
+    width = max(4, len(str(len(order))))
+    return {original: f"{prefix}-{index:0{width}d}" for index, original in enumerate(order, start=1)}
+
+
+def shareable_tables(mined_dir: str | Path, include_reports: bool = False) -> SharedDataset:
+    """Read the tables `medreco mine` wrote and keep what may be shared (see the module docstring)."""
+    import datasets
+
+    mined_dir = Path(mined_dir)
+    if not (mined_dir / "studies").is_dir():
+        raise HubPushError(f"{mined_dir}: not a mined folder (no studies/ table; run `medreco mine`)")
+    raw = {
+        name: datasets.load_from_disk(str(mined_dir / name)).to_list()
+        for name in MINED_TABLES
+        if (mined_dir / name).is_dir()
+    }
+    key = secrets.token_bytes(32)  # never stored: the numbering cannot be recomputed from the originals
+    patients = _pseudonyms(
+        {row["patient_id"] for rows in raw.values() for row in rows if "patient_id" in row}, "patient", key
+    )
+    study_ids = {row["study_id"] for row in raw["studies"]}
+    studies = _pseudonyms(study_ids, "study", key)
+    columns = {
+        name: [*SHARED_COLUMNS[name], *(["report"] if include_reports and name == "studies" else [])] for name in raw
+    }
+    tables: dict[str, dict[str, list[dict]]] = {}
+    for name, rows in raw.items():
+        for row in rows:
+            shared = {
+                column: _share(column, row[column], patients, studies, include_reports)
+                for column in columns[name]
+                if column in row
+            }
+            tables.setdefault(name, {}).setdefault(row["split"], []).append(shared)
+    dropped = {name: sorted(set(rows[0]) - set(columns[name])) for name, rows in raw.items() if rows}
+    logger.info("kept home: %s", {name: cols for name, cols in dropped.items() if cols})
+    return SharedDataset(tables, patients, studies, include_reports)
+
+
+def _share(column: str, value, patients: dict[str, str], studies: dict[str, str], include_reports: bool):
+    if column == "patient_id":
+        return patients[value]
+    if column in STUDY_COLUMNS:
+        return [studies[v] for v in value] if isinstance(value, list) else studies[value]
+    if column == "statements" and not include_reports:
+        statements = json.loads(value) if value else {}
+        return json.dumps({entity: {"status": s["status"]} for entity, s in statements.items()}, sort_keys=True)
+    return value
+
+
+def dataset_card(shared: SharedDataset, name: str) -> DatasetCard:
+    """The card: one configuration per table with its splits, what each holds, and the privacy terms."""
+    configs = [
+        {
+            "config_name": table,
+            "data_files": [{"split": split, "path": f"{table}/{split}.parquet"} for split in sorted(splits)],
+        }
+        for table, splits in shared.tables.items()
+    ]
+    metadata = DatasetCardData(
+        license="other",
+        pretty_name=name,
+        tags=["medreco", "radiology", "medical-imaging", "comparative-reasoning", "pseudonymised"],
+        task_categories=["visual-question-answering", "image-feature-extraction"],
+        configs=configs,
+    )
+    counts = "\n".join(
+        f"| {table} | " + ", ".join(f"{split} {len(rows)}" for split, rows in sorted(splits.items())) + " |"
+        for table, splits in shared.tables.items()
+    )
+    reports = (
+        "It **includes report text** (the `report` column and each statement's sentence), shared on purpose."
+        if shared.include_reports
+        else "Report text is not included: entity statements carry their status (present, absent, ...) only."
+    )
+    text = f"""
+# {name}
+
+Supervision mined from radiology reports by `medreco mine` (MedReCo: comparative reasoning in
+radiology): entity statements per study, retrieval triplets and relevance judgements, longitudinal
+change labels and comparative visual questions. Splits are patient-level: no patient appears in
+two splits.
+
+| table | rows per split |
+|---|---|
+{counts}
+
+```python
+from datasets import load_dataset
+vqa = load_dataset("ORG/NAME", "vqa")  # or studies, triplets, retrieval, longitudinal
+```
+
+## Privacy
+
+Patients and studies are pseudonyms (`patient-0001`, `study-0001`), numbered in an order keyed by
+a secret that was never stored; image paths are not included. {reports} The table linking
+pseudonyms to the archive's identifiers stayed with whoever pushed this dataset. The images are
+not part of it.
+
+## Licence
+
+The data's terms are those of the archive it was mined from (`license: other`).
+"""
+    return DatasetCard(f"---\n{metadata.to_yaml()}\n---\n{text}")
+
+
+def push_mined_dataset(
+    mined_dir: str | Path,
+    repo_id: str,
+    pseudonyms_file: str | Path,
+    private: bool = False,
+    revision: str | None = None,
+    include_reports: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> PushResult:
+    """Upload the mined tables of `mined_dir` as the dataset repository `repo_id` (parquet per table
+    and split, and a dataset card); the pseudonym table is written to `pseudonyms_file` (local)."""
+    shared = shareable_tables(mined_dir, include_reports)
+    if include_reports:
+        logger.warning(
+            "%s: pushing report text to %s (include_reports); share it only as your data agreements allow",
+            mined_dir,
+            repo_id,
+        )
+    import datasets
+
+    # the link back to the archive is kept before anything leaves: an upload without it is useless
+    mapping = {
+        "repo_id": repo_id,
+        "revision": revision or "main",
+        "patients": shared.patients,
+        "studies": shared.studies,
+    }
+    write_text_atomically(pseudonyms_file, json.dumps(mapping, indent=2, sort_keys=True) + "\n")
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary) / repo_id.split("/")[-1]
+        for table, splits in shared.tables.items():
+            for split, rows in splits.items():
+                (folder / table).mkdir(parents=True, exist_ok=True)
+                datasets.Dataset.from_list(rows).to_parquet(str(folder / table / f"{split}.parquet"))
+        dataset_card(shared, repo_id.split("/")[-1]).save(folder / "README.md")
+        return upload_folder(folder, repo_id, "dataset", private, revision, commit_message, token)
+
+
+__all__ = ["SHARED_COLUMNS", "SharedDataset", "dataset_card", "push_mined_dataset", "shareable_tables"]

@@ -1,0 +1,111 @@
+"""Write a processor's code next to its saved files, flat, for `trust_remote_code=True` loading.
+
+transformers loads remote code from one flat folder and follows only `from .module import ...`
+imports. The processors live in a package and import its shared modules (`..errors`, `..atomic`,
+`..modeling.configuration_vision`), so saving copies the processor's module and everything it imports
+from medreco, each import rewritten to the flat form (`from ..errors import X` -> `from .errors
+import X`). A processor loaded from such a folder (its modules already flat) saves the same files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import write_text_atomically
+
+
+class RemoteCodeError(RuntimeError):
+    """The processor's code cannot be laid out flat (a package import, or two modules with one name)."""
+
+
+def _imported_file(node: ast.ImportFrom, importer: Path) -> Path:
+    base = importer.parent
+    for _ in range(node.level - 1):
+        base = base.parent
+    if not node.module:
+        raise RemoteCodeError(f"{importer.name}: `from {'.' * node.level} import ...` cannot be laid out flat")
+    target = base.joinpath(*node.module.split(".")).with_suffix(".py")
+    if not target.is_file():
+        raise RemoteCodeError(f"{importer.name}: {'.' * node.level}{node.module} is not a module file")
+    return target
+
+
+def flat_sources(entry: str | Path) -> dict[str, str]:
+    """The module `entry` and every module it imports relatively (recursively), as `{file name: source}`
+    with each relative import rewritten to the flat form."""
+    sources: dict[str, str] = {}
+    origins: dict[str, Path] = {}
+    pending = [Path(entry).resolve()]
+    while pending:
+        path = pending.pop()
+        if path.name in origins:
+            if origins[path.name] != path:
+                raise RemoteCodeError(f"two modules named {path.name}: {origins[path.name]} and {path}")
+            continue
+        origins[path.name] = path
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        for node in ast.walk(ast.parse("".join(lines))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(name.split(".")[0] == "medreco" for name in names):
+                    raise RemoteCodeError(f"{path.name} imports medreco by name; use a relative import")
+            elif isinstance(node, ast.ImportFrom):
+                target = _imported_file(node, path)
+                pending.append(target.resolve())
+                if node.level > 1 or "." in node.module:
+                    first, last = node.lineno - 1, node.end_lineno - 1
+                    text = "".join(lines[first : last + 1])
+                    lines[first] = text.replace(f"{'.' * node.level}{node.module}", f".{target.stem}", 1)
+                    lines[first + 1 : last + 1] = [""] * (last - first)  # keeps later line numbers valid
+        sources[path.name] = "".join(lines)
+    return sources
+
+
+@dataclass(frozen=True)
+class AutoEntry:
+    """One `auto_map` entry: `auto_class` resolves to `cls`, written in `config_file` (in its
+    `section`, e.g. the image processor's settings inside `processor_config.json`)."""
+
+    auto_class: str
+    cls: type
+    config_file: str
+    section: str | None = None
+
+
+def save_remote_code(directory: str | Path, entries: list[AutoEntry]) -> list[Path]:
+    """Write each entry's module (and what it imports) flat into `directory` and its `auto_map`
+    entry into its config file; returns the code files written."""
+    directory = Path(directory)
+    written: dict[str, Path] = {}
+    for entry in entries:
+        module_file = Path(sys.modules[entry.cls.__module__].__file__)
+        for name, source in flat_sources(module_file).items():
+            if name not in written:
+                written[name] = write_text_atomically(directory / name, source)
+        config_path = directory / entry.config_file
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        target = config if entry.section is None else config[entry.section]
+        target.setdefault("auto_map", {})[entry.auto_class] = f"{module_file.stem}.{entry.cls.__name__}"
+        write_text_atomically(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return list(written.values())
+
+
+HUB_ARGUMENTS = ("commit_message", "commit_description", "private", "token", "revision", "create_pr", "tags")
+
+
+def save_with_code(obj, save, save_directory, push_to_hub: bool, entries: list[AutoEntry], **kwargs):
+    """`save(save_directory, **kwargs)` (the transformers `save_pretrained`), then the code; with
+    `push_to_hub`, the upload comes last (through `obj.push_to_hub`, which saves aside with the code)."""
+    repo_id = kwargs.pop("repo_id", None) or Path(save_directory).name
+    hub = {name: kwargs.pop(name) for name in HUB_ARGUMENTS if name in kwargs}
+    saved = save(save_directory, **kwargs)
+    save_remote_code(save_directory, entries)
+    if push_to_hub:
+        obj.push_to_hub(repo_id, **hub)
+    return saved
+
+
+__all__ = ["AutoEntry", "RemoteCodeError", "flat_sources", "save_remote_code", "save_with_code"]
