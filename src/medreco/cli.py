@@ -62,6 +62,9 @@ def _push_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--revision", help="branch to push to (created when missing; default main)")
     parser.add_argument("--message", help="commit message")
+    parser.add_argument(
+        "--base-model", help="for a LoRA adapter: the Hub id of the model it applies to (local paths never go up)"
+    )
     mined = parser.add_argument_group("mined folders (pushed as a dataset, pseudonymised)")
     mined.add_argument("--include-reports", action="store_true", help="also push the report text (off by default)")
     mined.add_argument(
@@ -85,7 +88,9 @@ def _push(args: argparse.Namespace) -> int:
             raise ValueError(f"{folder}: --include-reports and --pseudonyms are for mined folders (medreco mine)")
         from .hub import push_to_hub
 
-        result = push_to_hub(folder, args.repo_id, args.private, args.revision, args.message)
+        result = push_to_hub(
+            folder, args.repo_id, args.private, args.revision, args.message, base_model=args.base_model
+        )
     print(f"{folder} -> {result.repo_id}@{result.revision} (commit {result.commit[:12]}): {result.url}")
     return 0
 

@@ -90,6 +90,7 @@ def test_trl_sft_sh_runs_trls_own_script_and_the_output_reloads_and_generates(hu
     assert result["trained"] > 0 and 1 <= result["new"] <= 3
     if lora:  # the adapter alone, no copy of the base weights
         assert result["model"].startswith("PeftModel") and not (out / "model.safetensors").exists()
+        assert result["vision_adapters"] > 0  # as documented: the vision encoder shares the q/k/v/o names
     else:
         assert result["model"] == "MedReCoForConditionalGeneration"
 

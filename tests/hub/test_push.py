@@ -4,6 +4,7 @@ repo id and revision in a process that never imports medreco."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import sys
 import torch
 from hub_standin import StandInHub, run_client
 from safetensors.torch import load_file
+from transformers import AutoModelForImageTextToText
 
 import medreco
 from medreco.hub import Score, export_for_remote_code, model_card, write_model_card
@@ -40,6 +42,11 @@ def test_push_then_load_by_repo_id_and_revision_without_medreco(tmp_path):
         assert {"model.safetensors", "config.json", "README.md", "modeling_reranker.py"} <= set(files)
         assert not any(name.startswith("checkpoint-") for name in files)
         assert "model.safetensors" not in hub.files("radiology-lab/reranker")  # main is untouched
+        card = files["README.md"].decode()
+        assert 'from_pretrained("radiology-lab/reranker", trust_remote_code=True)' in card  # its code runs as read
+        assert (
+            'from_pretrained("medreco-reranker"' in (folder / "README.md").read_text()
+        )  # the folder's card as written
         loaded = run_client(
             hub,
             tmp_path / "home",
@@ -112,12 +119,13 @@ def test_a_second_push_replaces_the_first_and_never_makes_a_public_repository_pr
 def test_a_lora_adapter_goes_up_alone_and_loads_onto_its_base_without_medreco(tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    base = medreco.create_model("vlm", "tiny").eval()
-    base_folder = export_for_remote_code(base, tmp_path / "base")
+    base_folder = export_for_remote_code(medreco.create_model("vlm", "tiny"), tmp_path / "base")
+    base = AutoModelForImageTextToText.from_pretrained(base_folder).eval()  # PEFT records this local path
     lora = LoraConfig(r=4, target_modules=r".*language_model.*\.(q_proj|v_proj)", init_lora_weights=False)
     adapted = get_peft_model(base, lora)
     adapter_folder = tmp_path / "adapter"
     adapted.save_pretrained(adapter_folder)
+    assert str(base_folder) in (adapter_folder / "adapter_config.json").read_text()
     (adapter_folder / "training_args.bin").write_bytes(b"pickled arguments with local paths")
     adapter = load_file(adapter_folder / "adapter_model.safetensors")
     with StandInHub(tmp_path / "hub") as hub:
@@ -125,14 +133,20 @@ def test_a_lora_adapter_goes_up_alone_and_loads_onto_its_base_without_medreco(tm
             hub,
             tmp_path / "home",
             """
-            from medreco.hub import push_to_hub
-            print(json.dumps({"commit": push_to_hub(ARGS["folder"], "lab/vlm-lora", revision="r1").commit}))
+            from medreco.cli import main
+            repo = ["--repo-id", "lab/vlm-lora", "--revision", "r1", "--base-model", "lab/vlm-base"]
+            print(json.dumps({"code": main(["push", ARGS["folder"], *repo])}))
             """,
             folder=str(adapter_folder),
         )
         files = hub.files("lab/vlm-lora", revision="r1")
-        assert pushed["commit"] and {"adapter_config.json", "adapter_model.safetensors"} <= set(files)
+        assert pushed["code"] == 0 and {"adapter_config.json", "adapter_model.safetensors"} <= set(files)
         assert "model.safetensors" not in files and "training_args.bin" not in files
+        for name in ("adapter_config.json", "README.md"):  # PEFT wrote the local base path into both
+            text = files[name].decode()
+            assert str(tmp_path) not in text and "lab/vlm-base" in text, name
+        assert str(base_folder) in (adapter_folder / "adapter_config.json").read_text()  # the folder is untouched
+        assert not list(tmp_path.glob(".adapter.push"))  # the staged copy is gone
         loaded = run_client(
             hub,
             tmp_path / "home",
@@ -155,3 +169,22 @@ def test_a_lora_adapter_goes_up_alone_and_loads_onto_its_base_without_medreco(tm
     downloaded = sorted(load_file(tmp_path / "lora.safetensors").values(), key=lambda t: (t.shape, t.sum().item()))
     saved = sorted(adapter.values(), key=lambda t: (t.shape, t.sum().item()))
     assert all(torch.equal(a, b) for a, b in zip(downloaded, saved, strict=True))
+
+
+def test_save_pretrained_with_push_to_hub_uploads_the_processors_code_too(tmp_path):
+    with StandInHub(tmp_path / "hub") as hub:
+        run_client(
+            hub,
+            tmp_path / "home",
+            """
+            from medreco.processing import MedReCoImageProcessor
+            MedReCoImageProcessor().save_pretrained(ARGS["folder"], push_to_hub=True, repo_id="lab/image-processor")
+            print(json.dumps({}))
+            """,
+            folder=str(tmp_path / "processor"),
+        )
+        files = hub.files("lab/image-processor")
+    config = json.loads(files["preprocessor_config.json"])
+    assert config["auto_map"] == {"AutoImageProcessor": "image_processing_medreco.MedReCoImageProcessor"}
+    assert {"image_processing_medreco.py", "readers.py", "errors.py"} <= set(files)
+    assert (tmp_path / "processor" / "image_processing_medreco.py").is_file()  # the local folder has it too

@@ -5,12 +5,14 @@ real client against the stand-in Hub (hub_standin.py)."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import datasets
 import pytest
 from hub_standin import StandInHub, run_client
 
-from medreco.data.mining import SHARED_COLUMNS, shareable_tables
+from medreco.data.mining import SHARED_COLUMNS, push_mined_dataset, shareable_tables
 
 LOAD = """
 import datasets
@@ -37,7 +39,28 @@ def strings(value):
             yield from strings(item)
 
 
+def with_longitudinal_table(toy: Path, folder: Path) -> Path:
+    """The toy mined folder plus a longitudinal table (patient ids of its own) with a validation split."""
+    shutil.copytree(toy, folder)
+    studies = datasets.load_from_disk(str(toy / "studies")).to_list()
+    rows = [
+        {
+            "prior": a["study_id"],
+            "current": b["study_id"],
+            "patient_id": a["patient_id"],
+            "entity_id": "cxr/abnormal/pleural-effusion@pleura",
+            "label": "new",
+            "attribute": "presence",
+            "split": "validation" if i % 3 == 0 else a["split"],
+        }
+        for i, (a, b) in enumerate(zip(studies[::2], studies[1::2]))
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(folder / "longitudinal"))
+    return folder
+
+
 def test_a_mined_folder_goes_up_pseudonymised_by_table_and_split_and_loads_with_datasets(toy, tmp_path):
+    toy = with_longitudinal_table(toy, tmp_path / "mined")
     studies = datasets.load_from_disk(str(toy / "studies")).to_list()
     secrets = {s["patient_id"] for s in studies} | {s["study_id"] for s in studies} | {s["image"] for s in studies}
     reports = {s["report"] for s in studies}
@@ -49,17 +72,26 @@ def test_a_mined_folder_goes_up_pseudonymised_by_table_and_split_and_loads_with_
                                             "--pseudonyms", ARGS["pseudonyms"], "--private"])}))
             """
         assert run_client(hub, tmp_path / "home", code, toy=str(toy), pseudonyms=str(pseudonyms))["code"] == 0
-        tables = ["studies", "triplets", "retrieval", "vqa"]
+        tables = ["studies", "triplets", "retrieval", "longitudinal", "vqa"]
         loaded = run_client(hub, tmp_path / "home", LOAD, repo="lab/toy-mined", revision="v1", tables=tables)
         assert hub.private("lab/toy-mined", repo_type="dataset")
+        uploaded = hub.files("lab/toy-mined", revision="v1", repo_type="dataset")
+    expected = {"README.md", *(f"{t}/{s}.parquet" for t in tables for s in loaded["tables"][t])}
+    assert set(uploaded) - {".gitattributes"} == expected  # the Hub makes .gitattributes itself
     for table in tables:
         original = datasets.load_from_disk(str(toy / table)).to_list()
         shared = loaded["tables"][table]
         assert {split: len(rows) for split, rows in shared.items()} == {
-            split: sum(row["split"] == split for row in original) for split in {"train", "test"}
+            split: sum(row["split"] == split for row in original) for split in {row["split"] for row in original}
         }
         assert all(set(row) <= set(SHARED_COLUMNS[table]) for rows in shared.values() for row in rows)
-    every_value = set(strings(loaded))
+    assert set(loaded["tables"]["longitudinal"]) == {"train", "validation", "test"}
+    assert all(
+        row["patient_id"].startswith("patient-") for rows in loaded["tables"]["longitudinal"].values() for row in rows
+    )
+    readme = uploaded["README.md"].decode()
+    assert 'load_dataset("lab/toy-mined", "vqa")' in readme
+    every_value = set(strings(loaded)) | {data.decode("latin-1") for data in uploaded.values()}
     assert not any(secret in value for secret in secrets for value in every_value)  # ids and paths stayed home
     assert not any(report in value for report in reports for value in every_value)
     assert not any(
@@ -68,6 +100,7 @@ def test_a_mined_folder_goes_up_pseudonymised_by_table_and_split_and_loads_with_
         for e in json.loads(row["statements"])
     )
     mapping = json.loads(pseudonyms.read_text())
+    assert pseudonyms.stat().st_mode & 0o077 == 0  # the link back to the archive: owner-only
     back = {pseudonym: original for original, pseudonym in mapping["studies"].items()}
     original_vqa = {
         (r["study_a"], r["study_b"], r["entity_id"]) for r in datasets.load_from_disk(str(toy / "vqa")).to_list()
@@ -98,3 +131,8 @@ def test_reports_go_up_only_when_asked_and_a_model_folder_refuses_dataset_option
     assert "are for mined folders" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a mined folder"):
         shareable_tables(tmp_path / "model")
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"repo_id": "lab/first", "revision": "main", "patients": {}, "studies": {}}))
+    with pytest.raises(ValueError, match="holds the pseudonyms of lab/first@main"):
+        push_mined_dataset(toy, "lab/second", kept)  # refused before anything is read or sent
+    assert json.loads(kept.read_text())["repo_id"] == "lab/first"

@@ -52,6 +52,35 @@ def test_flat_sources_rewrite_package_imports_and_refuse_what_cannot_be_flat(tmp
         flat_sources(package / "sub" / "entry.py")
 
 
+def test_flat_sources_rewrite_multi_line_and_nested_imports_into_a_package_that_imports(tmp_path):
+    import importlib
+    import sys
+
+    package = tmp_path / "package"
+    (package / "shared").mkdir(parents=True)
+    (package / "sub").mkdir()
+    (package / "shared" / "values.py").write_text("A = 1\nB = 2\n")
+    (package / "sub" / "helper.py").write_text("C = 3\n")
+    entry = "from ..shared.values import (\n    A,\n    B,\n)\nfrom .helper import C\n\nTOTAL = A + B + C\nLINE = 7\n"
+    (package / "sub" / "entry.py").write_text(entry)
+    sources = flat_sources(package / "sub" / "entry.py")
+    assert set(sources) == {"entry.py", "values.py", "helper.py"}
+    assert sources["entry.py"].count("\n") == entry.count("\n")  # line numbers in tracebacks stay right
+    flat = tmp_path / "flat_package"
+    flat.mkdir()
+    (flat / "__init__.py").write_text("")
+    for name, source in sources.items():
+        (flat / name).write_text(source)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("flat_package.entry")
+        assert module.TOTAL == 6 and module.LINE == 7
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m.startswith("flat_package")]:
+            del sys.modules[name]
+
+
 def test_every_family_loads_with_the_auto_classes_and_computes_the_same_without_medreco(hub_ready, tmp_path):
     expected = {}
     for family in FAMILIES:  # the reference: each folder loaded here, with medreco
@@ -80,6 +109,16 @@ def test_every_family_loads_with_the_auto_classes_and_computes_the_same_without_
             torch.save(value, f"{family}-output.pt")
             found[family] = [type(processor).__name__, type(model).__name__, type(base).__name__,
                              type(model).__module__.split(".")[0]]
+            # what code outside medreco saves (TRL, Trainer) loads the same way again
+            processor.save_pretrained(f"resaved-{family}")
+            model.save_pretrained(f"resaved-{family}")
+            again = AutoProcessor.from_pretrained(f"resaved-{family}", trust_remote_code=True)
+            reloaded = auto.from_pretrained(f"resaved-{family}", trust_remote_code=True).eval()
+            with torch.no_grad():
+                same = reloaded(**inputs)
+            same_value = next(getattr(same, n) for n in ("logits", "image_embeds", "last_hidden_state")
+                              if getattr(same, n, None) is not None)
+            found[family] += [type(again).__name__ == found[family][0], bool(torch.equal(same_value, value))]
         tokenizer = AutoTokenizer.from_pretrained(ARGS["folders"]["vlm"], trust_remote_code=True)
         found["tokenizer"] = type(tokenizer).__name__
         print(json.dumps(found))
@@ -92,6 +131,8 @@ def test_every_family_loads_with_the_auto_classes_and_computes_the_same_without_
     assert result["reranker"][:3] == ["MedReCoImageProcessor", "MedReCoReranker", "MedReCoReranker"]
     assert result["vlm"][:3] == ["MedReCoProcessor", "MedReCoForConditionalGeneration", "MedReCoVLMModel"]
     assert all(found[3] == "transformers_modules" for family, found in result.items() if family != "tokenizer")
+    assert all(found[4:] == [True, True] for family, found in result.items() if family != "tokenizer")
+    assert result["tokenizer"] == "BertTokenizer"  # AutoTokenizer reads the folder's tokenizer too
     for family in FAMILIES:
         torch.testing.assert_close(torch.load(tmp_path / f"{family}-output.pt", weights_only=True), expected[family])
 

@@ -162,7 +162,7 @@ def model_card(
         "```",
         "",
         "The folder carries its model and processor code, so it loads without medreco installed",
-        "(`pip install transformers pydicom nibabel` reads DICOM, NIfTI, PNG and JPEG). With medreco",
+        "(`pip install torch transformers pillow pydicom nibabel` reads DICOM, NIfTI, PNG and JPEG). With medreco",
         "installed, `import medreco` registers the model types and `trust_remote_code` is not needed.",
         "",
         "## Training data",

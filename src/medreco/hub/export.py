@@ -13,6 +13,8 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer, PreTrainedModel
+from transformers.image_processing_utils import BaseImageProcessor
+from transformers.processing_utils import ProcessorMixin
 
 from ..errors import MedReCoError
 from ..factory import family_of, model_class_of
@@ -25,7 +27,10 @@ class ExportError(MedReCoError, ValueError):
 
 
 def export_for_remote_code(
-    model: PreTrainedModel, directory: str | Path, processor=None, card: ModelCard | None = None
+    model: PreTrainedModel,
+    directory: str | Path,
+    processor: ProcessorMixin | BaseImageProcessor | None = None,
+    card: ModelCard | None = None,
 ) -> Path:
     """Save `model`, its `processor` (if any) and a model card (`card`, or a plain one for the
     model's family) into one folder that loads with `trust_remote_code=True` anywhere."""
@@ -37,7 +42,7 @@ def export_for_remote_code(
     return directory
 
 
-def load_processor(folder: str | Path, family: str):
+def load_processor(folder: str | Path, family: str) -> ProcessorMixin | BaseImageProcessor | None:
     """The processor saved in a model folder: the VLM's or retrieval model's processor, or the image
     processor alone (vision encoder, reranker); None when the folder holds none. Folders written
     before the retrieval processor existed (tokenizer and image settings side by side) are paired up."""
@@ -64,9 +69,14 @@ def export_folder(checkpoint: str | Path, directory: str | Path) -> Path:
         family = family_of(AutoConfig.from_pretrained(checkpoint))
     except ValueError as error:
         raise ExportError(f"{checkpoint}: {error}") from None
-    model = model_class_of(family).from_pretrained(checkpoint)
+    try:
+        model = model_class_of(family).from_pretrained(checkpoint)
+        processor = load_processor(checkpoint, family)
+    except OSError as error:  # missing or unreadable weights, tokenizer, processor files
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportError(f"{checkpoint}: cannot load the saved model ({reason})") from None
     card = ModelCard.load(checkpoint / "README.md") if (checkpoint / "README.md").is_file() else None
-    return export_for_remote_code(model, directory, load_processor(checkpoint, family), card)
+    return export_for_remote_code(model, directory, processor, card)
 
 
 __all__ = ["ExportError", "export_folder", "export_for_remote_code", "load_processor"]

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +33,7 @@ IGNORE_PATTERNS = [
     "training_config.json",
     "training_args.bin",  # TRL / Trainer's arguments: a pickle, with this machine's paths
 ]
+TOP_LEVEL_IGNORED = ("checkpoint-*", "*.tmp", "__pycache__", ".cache", "training_config.json", "training_args.bin")
 
 
 class HubPushError(MedReCoError, ValueError):
@@ -49,18 +55,107 @@ def push_to_hub(
     revision: str | None = None,
     commit_message: str | None = None,
     token: str | None = None,
+    base_model: str | None = None,
 ) -> PushResult:
     """Upload a `save_pretrained` (or `medreco export`) folder, or a LoRA adapter saved on its own
     (PEFT's `adapter_config.json` + `adapter_model.safetensors`), to the model repository `repo_id`
-    ("org/name"), creating the repository (and the branch `revision`) when missing."""
+    ("org/name"), creating the repository (and the branch `revision`) when missing.
+
+    What goes up is a staged copy of the folder (hard links: no weights are copied) in which the
+    model card's code loads `repo_id`, and an adapter's base model, when it was a local path (PEFT
+    records the path it loaded), becomes `base_model` (the base's Hub id) or is left out: no path
+    of this machine reaches the Hub."""
     folder = Path(folder)
     if not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
         raise HubPushError(
             f"{folder}: not a saved model or adapter (no config.json or adapter_config.json); "
             "push the folder save_pretrained wrote"
         )
+    check_repo_id(repo_id)
     _warn_about_mined_vocabulary(folder)
-    return upload_folder(folder, repo_id, "model", private, revision, commit_message, token)
+    with _staged(folder) as staging:
+        _point_the_card_at(staging, repo_id)
+        if (staging / "adapter_config.json").is_file():
+            _replace_local_base_model(staging, base_model)
+        return upload_folder(
+            staging, repo_id, "model", private, revision, commit_message or f"Upload {folder.name} with medreco", token
+        )
+
+
+def check_repo_id(repo_id: str) -> None:
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise HubPushError(f"{repo_id!r}: a Hub repository is named ORG/NAME")
+
+
+@contextmanager
+def _staged(folder: Path) -> Iterator[Path]:
+    """A copy of `folder` beside it, hard-linked where the file system allows, whose small text
+    files are rewritten as new files (the originals are never touched); removed afterwards."""
+    staging = folder.parent / f".{folder.name}.push"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        shutil.copytree(folder, staging, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(*TOP_LEVEL_IGNORED))
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise HubPushError(f"{folder}: cannot stage the upload beside it ({error.strerror or error})") from None
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _rewrite(path: Path, text: str) -> None:
+    path.unlink()  # a hard link: write a new file, never through to the original
+    path.write_text(text)
+
+
+def _point_the_card_at(folder: Path, repo_id: str) -> None:
+    """The model card's code loads the repository it is read in (medreco's cards name the folder)."""
+    card = folder / "README.md"
+    if card.is_file():
+        text = card.read_text()
+        pointed = re.sub(r'(\.from_pretrained\()"[^"]*"', rf'\1"{repo_id}"', text)
+        if pointed != text:
+            _rewrite(card, pointed)
+
+
+def _replace_local_base_model(folder: Path, base_model: str | None) -> None:
+    """PEFT writes the base model's path as loaded into `adapter_config.json` and the card's
+    `base_model`; a local path becomes `base_model` (a Hub id), or is left out."""
+    config_path = folder / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    recorded = config.get("base_model_name_or_path")
+    if not recorded or not _is_local(recorded):
+        return
+    if base_model is None:
+        logger.warning(
+            "the adapter's base model is a local path (%s): left out of the upload; "
+            "pass --base-model ORG/NAME to name the base on the Hub",
+            recorded,
+        )
+    config["base_model_name_or_path"] = base_model
+    _rewrite(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    card_path = folder / "README.md"
+    if card_path.is_file():
+        from huggingface_hub import ModelCard
+
+        card = ModelCard.load(card_path)
+        card.data.base_model = base_model
+        tags = [t for t in card.data.tags or [] if recorded not in t]
+        card.data.tags = [*tags, f"base_model:adapter:{base_model}"] if base_model else tags
+        _rewrite(card_path, str(card))
+
+
+def _is_local(name: str) -> bool:
+    """A path of this machine rather than a Hub id (`gpt2`, `org/name`)."""
+    return Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1 or Path(name).exists()
 
 
 def upload_folder(
@@ -76,8 +171,7 @@ def upload_folder(
     (less `IGNORE_PATTERNS`) on branch `revision`, creating repository and branch when missing."""
     from huggingface_hub import HfApi
 
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise HubPushError(f"{repo_id!r}: a Hub repository is named ORG/NAME")
+    check_repo_id(repo_id)
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type)
@@ -122,4 +216,4 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     return (httpx2.HTTPError,)
 
 
-__all__ = ["HubPushError", "IGNORE_PATTERNS", "PushResult", "push_to_hub", "upload_folder"]
+__all__ = ["HubPushError", "IGNORE_PATTERNS", "PushResult", "check_repo_id", "push_to_hub", "upload_folder"]

@@ -25,7 +25,7 @@ from transformers.processing_utils import ProcessorMixin
 
 from ..errors import UnknownEntityError
 from .image_processing_medreco import MedReCoImageProcessor
-from .remote_code import AutoEntry, save_with_code
+from .remote_code import ProcessorCodeMixin
 
 IMAGE_TOKEN, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
 TURN_START, TURN_END = "<|im_start|>", "<|im_end|>"
@@ -65,7 +65,7 @@ CHAT_TEMPLATE = (
 )
 
 
-class MedReCoProcessor(ProcessorMixin):
+class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
     """Prepares conversations with images for [`MedReCoForConditionalGeneration`].
 
     patch_size: the vision encoder's in-plane patch size (tokens per image = (H/p) * (W/p)).
@@ -289,14 +289,6 @@ class MedReCoProcessor(ProcessorMixin):
     def model_input_names(self) -> list[str]:
         names = ["input_ids", "attention_mask", "pixel_values", "modality_ids"]
         return [*names, "entity_ids"] if self.entity_vocabulary is not None else names
-
-    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
-        """Tokenizer, chat template and settings, plus this code for `trust_remote_code=True` loading."""
-        entries = [
-            AutoEntry("AutoProcessor", type(self), "processor_config.json"),
-            AutoEntry("AutoImageProcessor", type(self.image_processor), "processor_config.json", "image_processor"),
-        ]
-        return save_with_code(self, super().save_pretrained, save_directory, push_to_hub, entries, **kwargs)
 
 
 def conversation(

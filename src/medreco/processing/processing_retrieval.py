@@ -12,10 +12,10 @@ from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
 from .image_processing_medreco import MedReCoImageProcessor
-from .remote_code import AutoEntry, save_with_code
+from .remote_code import ProcessorCodeMixin
 
 
-class MedReCoRetrievalProcessor(ProcessorMixin):
+class MedReCoRetrievalProcessor(ProcessorCodeMixin, ProcessorMixin):
     """Prepares images and texts for [`MedReCoModel`].
 
     Example:
@@ -58,14 +58,6 @@ class MedReCoRetrievalProcessor(ProcessorMixin):
             )
             data.update(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
         return BatchFeature(data=data, tensor_type=return_tensors)
-
-    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
-        """Tokenizer and image settings, plus this code for `trust_remote_code=True` loading."""
-        entries = [
-            AutoEntry("AutoProcessor", type(self), "processor_config.json"),
-            AutoEntry("AutoImageProcessor", type(self.image_processor), "processor_config.json", "image_processor"),
-        ]
-        return save_with_code(self, super().save_pretrained, save_directory, push_to_hub, entries, **kwargs)
 
     @property
     def model_input_names(self) -> list[str]:

@@ -12,7 +12,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import nibabel as nib
 import numpy as np
@@ -32,6 +32,9 @@ from ..errors import (
     UnsupportedImageError,
 )
 from .geometry import LPS_TO_RAS, ImageGeometry, MedicalImage, spacing_from_affine, to_canonical
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 logger = logging.getLogger(__name__)
 
@@ -515,7 +518,9 @@ def read_raster(path: str | Path, options: ReaderOptions | None = None) -> Medic
     return from_pil_image(pixels, options, path)
 
 
-def from_pil_image(image, options: ReaderOptions | None = None, source: str | Path = "<PIL image>") -> MedicalImage:
+def from_pil_image(
+    image: PIL.Image.Image, options: ReaderOptions | None = None, source: str | Path = "<PIL image>"
+) -> MedicalImage:
     """A loaded PIL image (how `datasets` and TRL hand images over): colour becomes greyscale
     luminance; PNG/JPEG carry no pixel spacing, so 1 mm is assumed."""
     options = options or ReaderOptions()

@@ -11,14 +11,18 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..atomic import write_text_atomically
+from ..errors import MedReCoError
 
 
-class RemoteCodeError(RuntimeError):
-    """The processor's code cannot be laid out flat (a package import, or two modules with one name)."""
+class RemoteCodeError(MedReCoError, RuntimeError):
+    """The processor's code cannot be laid out flat (a package import, two modules with one name, or
+    a module of that name already in the folder with other code)."""
 
 
 def _imported_file(node: ast.ImportFrom, importer: Path) -> Path:
@@ -83,8 +87,13 @@ def save_remote_code(directory: str | Path, entries: list[AutoEntry]) -> list[Pa
     for entry in entries:
         module_file = Path(sys.modules[entry.cls.__module__].__file__)
         for name, source in flat_sources(module_file).items():
-            if name not in written:
-                written[name] = write_text_atomically(directory / name, source)
+            if name in written:
+                continue
+            existing = directory / name
+            if existing.is_file() and existing.read_text(encoding="utf-8") != source:
+                # e.g. a processor of another medreco version saved beside a model's code
+                raise RemoteCodeError(f"{existing}: already holds other code of that name; save into a new folder")
+            written[name] = write_text_atomically(existing, source)
         config_path = directory / entry.config_file
         config = json.loads(config_path.read_text(encoding="utf-8"))
         target = config if entry.section is None else config[entry.section]
@@ -96,7 +105,14 @@ def save_remote_code(directory: str | Path, entries: list[AutoEntry]) -> list[Pa
 HUB_ARGUMENTS = ("commit_message", "commit_description", "private", "token", "revision", "create_pr", "tags")
 
 
-def save_with_code(obj, save, save_directory, push_to_hub: bool, entries: list[AutoEntry], **kwargs):
+def save_with_code(
+    obj: object,
+    save: Callable[..., Any],
+    save_directory: str | Path,
+    push_to_hub: bool,
+    entries: list[AutoEntry],
+    **kwargs: Any,
+) -> Any:
     """`save(save_directory, **kwargs)` (the transformers `save_pretrained`), then the code; with
     `push_to_hub`, the upload comes last (through `obj.push_to_hub`, which saves aside with the code)."""
     repo_id = kwargs.pop("repo_id", None) or Path(save_directory).name
@@ -108,4 +124,17 @@ def save_with_code(obj, save, save_directory, push_to_hub: bool, entries: list[A
     return saved
 
 
-__all__ = ["AutoEntry", "RemoteCodeError", "flat_sources", "save_remote_code", "save_with_code"]
+class ProcessorCodeMixin:
+    """For a `ProcessorMixin` with an image processor: `save_pretrained` also writes the code of the
+    processor and of its image processor, flat, with their `auto_map` entries."""
+
+    def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, **kwargs: Any) -> Any:
+        """The processor's files, plus its code for `trust_remote_code=True` loading."""
+        entries = [
+            AutoEntry("AutoProcessor", type(self), "processor_config.json"),
+            AutoEntry("AutoImageProcessor", type(self.image_processor), "processor_config.json", "image_processor"),
+        ]
+        return save_with_code(self, super().save_pretrained, save_directory, push_to_hub, entries, **kwargs)
+
+
+__all__ = ["AutoEntry", "ProcessorCodeMixin", "RemoteCodeError", "flat_sources", "save_remote_code", "save_with_code"]

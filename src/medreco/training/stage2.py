@@ -360,15 +360,16 @@ class Stage2Trainer:
     def train(self, max_steps: int | None = None) -> dict:
         out = Path(self.config.run.output_dir)
         keep_adapter = self.config.lora.enabled and self.config.lora.keep_adapter
-        if keep_adapter and not (out / "base").exists():
+        if keep_adapter and self.config.lora.quantization != "none":
+            raise RecipeError("stage2: lora.keep_adapter needs full-precision base weights (lora.quantization=none)")
+        checkpoint_dir = out / "trainer"  # the SFTConfig's output_dir
+        resume = self.config.run.resume and any(checkpoint_dir.glob("checkpoint-*"))
+        if keep_adapter and not (resume and (out / "base").exists()):
             from accelerate import PartialState
 
-            if PartialState().is_main_process:
-                base = {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"}
-                self._save(out / "base", self.model, base)
+            if PartialState().is_main_process:  # this run's base (an earlier base/ may hold another LM)
+                self._save(out / "base", self.model, {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"})
         trainer = self.trainer(max_steps)
-        checkpoint_dir = Path(trainer.args.output_dir)
-        resume = self.config.run.resume and any(checkpoint_dir.glob("checkpoint-*"))
         output = trainer.train(resume_from_checkpoint=True if resume else None)
         model = trainer.model
         if keep_adapter and trainer.is_world_process_zero():

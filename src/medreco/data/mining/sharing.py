@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import random
 import secrets
 import tempfile
 from dataclasses import dataclass
@@ -20,8 +22,8 @@ from pathlib import Path
 
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from ...atomic import write_text_atomically
-from ...hub.push import HubPushError, PushResult, upload_folder
+from ...atomic import atomic_path
+from ...hub.push import HubPushError, PushResult, check_repo_id, upload_folder
 from .mined import MINED_TABLES
 
 logger = logging.getLogger(__name__)
@@ -90,12 +92,19 @@ def shareable_tables(mined_dir: str | Path, include_reports: bool = False) -> Sh
     tables: dict[str, dict[str, list[dict]]] = {}
     for name, rows in raw.items():
         for row in rows:
-            shared = {
-                column: _share(column, row[column], patients, studies, include_reports)
-                for column in columns[name]
-                if column in row
-            }
+            try:
+                shared = {
+                    column: _share(column, row[column], patients, studies, include_reports)
+                    for column in columns[name]
+                    if column in row
+                }
+            except KeyError as error:
+                raise HubPushError(f"{mined_dir / name}: study {error} is not in the studies table") from None
             tables.setdefault(name, {}).setdefault(row["split"], []).append(shared)
+    order = random.Random(key)
+    for splits in tables.values():  # the archive's row order (by MRN, by date, ...) does not go up either
+        for rows in splits.values():
+            order.shuffle(rows)
     dropped = {name: sorted(set(rows[0]) - set(columns[name])) for name, rows in raw.items() if rows}
     logger.info("kept home: %s", {name: cols for name, cols in dropped.items() if cols})
     return SharedDataset(tables, patients, studies, include_reports)
@@ -112,7 +121,7 @@ def _share(column: str, value, patients: dict[str, str], studies: dict[str, str]
     return value
 
 
-def dataset_card(shared: SharedDataset, name: str) -> DatasetCard:
+def dataset_card(shared: SharedDataset, repo_id: str) -> DatasetCard:
     """The card: one configuration per table with its splits, what each holds, and the privacy terms."""
     configs = [
         {
@@ -123,7 +132,7 @@ def dataset_card(shared: SharedDataset, name: str) -> DatasetCard:
     ]
     metadata = DatasetCardData(
         license="other",
-        pretty_name=name,
+        pretty_name=repo_id.split("/")[-1],
         tags=["medreco", "radiology", "medical-imaging", "comparative-reasoning", "pseudonymised"],
         task_categories=["visual-question-answering", "image-feature-extraction"],
         configs=configs,
@@ -138,7 +147,7 @@ def dataset_card(shared: SharedDataset, name: str) -> DatasetCard:
         else "Report text is not included: entity statements carry their status (present, absent, ...) only."
     )
     text = f"""
-# {name}
+# {repo_id.split("/")[-1]}
 
 Supervision mined from radiology reports by `medreco mine` (MedReCo: comparative reasoning in
 radiology): entity statements per study, retrieval triplets and relevance judgements, longitudinal
@@ -151,15 +160,16 @@ two splits.
 
 ```python
 from datasets import load_dataset
-vqa = load_dataset("ORG/NAME", "vqa")  # or studies, triplets, retrieval, longitudinal
+vqa = load_dataset("{repo_id}", "vqa")  # or {", ".join(t for t in shared.tables if t != "vqa")}
 ```
 
 ## Privacy
 
 Patients and studies are pseudonyms (`patient-0001`, `study-0001`), numbered in an order keyed by
-a secret that was never stored; image paths are not included. {reports} The table linking
-pseudonyms to the archive's identifiers stayed with whoever pushed this dataset. The images are
-not part of it.
+a secret that was never stored, and rows are shuffled; image paths are not included. {reports}
+The questions, options and answers are generated from the reports' statements and carry their
+clinical facts (side, size, margins), not report text. The table linking pseudonyms to the
+archive's identifiers stayed with whoever pushed this dataset. The images are not part of it.
 
 ## Licence
 
@@ -179,7 +189,21 @@ def push_mined_dataset(
     token: str | None = None,
 ) -> PushResult:
     """Upload the mined tables of `mined_dir` as the dataset repository `repo_id` (parquet per table
-    and split, and a dataset card); the pseudonym table is written to `pseudonyms_file` (local)."""
+    and split, and a dataset card); the pseudonym table goes to `pseudonyms_file` (local, owner-only),
+    in place once the upload succeeded. A pseudonym table of another repository or revision is never
+    overwritten: the link to what is already on the Hub would be lost."""
+    import datasets
+
+    check_repo_id(repo_id)
+    pseudonyms_file = Path(pseudonyms_file)
+    revision = revision or "main"
+    if pseudonyms_file.exists():
+        earlier = json.loads(pseudonyms_file.read_text())
+        if (earlier.get("repo_id"), earlier.get("revision")) != (repo_id, revision):
+            raise HubPushError(
+                f"{pseudonyms_file}: holds the pseudonyms of {earlier.get('repo_id')}@{earlier.get('revision')}; "
+                "choose another --pseudonyms file"
+            )
     shared = shareable_tables(mined_dir, include_reports)
     if include_reports:
         logger.warning(
@@ -187,24 +211,21 @@ def push_mined_dataset(
             mined_dir,
             repo_id,
         )
-    import datasets
-
-    # the link back to the archive is kept before anything leaves: an upload without it is useless
-    mapping = {
-        "repo_id": repo_id,
-        "revision": revision or "main",
-        "patients": shared.patients,
-        "studies": shared.studies,
-    }
-    write_text_atomically(pseudonyms_file, json.dumps(mapping, indent=2, sort_keys=True) + "\n")
-    with tempfile.TemporaryDirectory() as temporary:
-        folder = Path(temporary) / repo_id.split("/")[-1]
-        for table, splits in shared.tables.items():
-            for split, rows in splits.items():
-                (folder / table).mkdir(parents=True, exist_ok=True)
-                datasets.Dataset.from_list(rows).to_parquet(str(folder / table / f"{split}.parquet"))
-        dataset_card(shared, repo_id.split("/")[-1]).save(folder / "README.md")
-        return upload_folder(folder, repo_id, "dataset", private, revision, commit_message, token)
+    mapping = {"repo_id": repo_id, "revision": revision, "patients": shared.patients, "studies": shared.studies}
+    try:
+        with atomic_path(pseudonyms_file) as pending, tempfile.TemporaryDirectory() as temporary:
+            pending.write_text(json.dumps(mapping, indent=2, sort_keys=True) + "\n")
+            os.chmod(pending, 0o600)
+            folder = Path(temporary) / repo_id.split("/")[-1]
+            for table, splits in shared.tables.items():
+                for split, rows in splits.items():
+                    (folder / table).mkdir(parents=True, exist_ok=True)
+                    datasets.Dataset.from_list(rows).to_parquet(str(folder / table / f"{split}.parquet"))
+            dataset_card(shared, repo_id).save(folder / "README.md")
+            # the pseudonym table is renamed into place only after the upload succeeded
+            return upload_folder(folder, repo_id, "dataset", private, revision, commit_message, token)
+    except OSError as error:
+        raise HubPushError(f"{pseudonyms_file}: cannot write the pseudonym table ({error.strerror or error})") from None
 
 
 __all__ = ["SHARED_COLUMNS", "SharedDataset", "dataset_card", "push_mined_dataset", "shareable_tables"]
