@@ -136,6 +136,8 @@ def test_markdown_and_html_reports_render_tables():
         },
         "mcnemar_recall@1": {"entity vs holistic": {"b": 1, "c": 0, "p_value": 1.0}},
     }
+    clustered = {"difference": 0.05, "interval": (-0.02, 0.12), "p_value": 0.21, "clusters": 3}
+    entry["clustered_recall@1"] = {"entity vs holistic": clustered}
     rate = {"accuracy": 0.5, "questions": 2, "ci95": [0.1, 0.9]}
     metrics = {
         "retrieval": {"all": {"all": entry}},
@@ -145,6 +147,7 @@ def test_markdown_and_html_reports_render_tables():
                 "vlm": rate,
                 "text_only": rate,
                 "mcnemar": {"p_value": 1.0},
+                "clustered": clustered,
                 "by_scoring": {name: {**rate, "mcnemar": {"p_value": 1.0}} for name in ("answer", "letter")},
                 "by_dimension": {"presence": rate},
             },
@@ -156,6 +159,8 @@ def test_markdown_and_html_reports_render_tables():
     markdown = markdown_report(metrics)
     assert "| all | all | 4 | entity | 50.0 [20.0-80.0]" in markdown
     assert "answer likelihood) | 50.0 [10.0-90.0] | 2 |" in markdown and "letter p = 1" in markdown
+    sentence = "difference +5.0 points, 95% cluster-bootstrap interval [-2.0, +12.0], sign-flip permutation p = 0.21"
+    assert markdown.count(sentence) == 2 and "over 3 patients" in markdown  # retrieval and VQA
     page = html_report(markdown)
     assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
     assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped

@@ -68,6 +68,10 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     assert progression["questions"] == 4 and sum(map(sum, matrix)) == 4
     assert sorted(progression["by_finding"]) == ["consolidation", "edema", "pleural_effusion", "pneumonia"]
     assert progression["accuracy"] == pytest.approx(sum(matrix[i][i] for i in range(3)) / 4)
+    findings = progression["by_finding"].values()
+    assert progression["mean_finding_accuracy"] == pytest.approx(sum(f["accuracy"] for f in findings) / 4)
+    # one question per finding: the class-balanced accuracy of each equals its plain accuracy
+    assert progression["macro_accuracy"] == pytest.approx(progression["mean_finding_accuracy"])
     csv.write_text(f"{header}\n10000001,50000001,dicom1,50000000,dicom9,stable,,,\n")
     with pytest.raises(BenchmarkDataError, match="dicom9"):
         run_benchmark("ms-cxr-t", model, csv, root, progress=False)

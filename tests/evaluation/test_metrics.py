@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from medreco.evaluation import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
+from medreco.evaluation.metrics import balanced_accuracy, clustered_mean, clustered_paired_test
 from medreco.evaluation.retrieval import entity_level, summarize_retrieval
 
 
@@ -65,6 +66,7 @@ def test_retrieval_summary_groups_and_tests():
             for name, hit in (("entity", entity_hit), ("holistic", holistic_hit))
         }
         return {
+            "query": f"q{len(results)}",
             "modality": modality,
             "level": entity_level(entity),
             "systems": systems,
@@ -72,8 +74,11 @@ def test_retrieval_summary_groups_and_tests():
             "relevant": ["a"],
         }
 
-    results = [result("chest_ct", "ct/abnormal/x@y", 1.0, 0.0) for _ in range(6)]
-    results += [result("chest_xray", "cxr/anatomy/z", 0.0, 0.0) for _ in range(2)]
+    results = []
+    for _ in range(6):
+        results.append(result("chest_ct", "ct/abnormal/x@y", 1.0, 0.0))
+    for _ in range(2):
+        results.append(result("chest_xray", "cxr/anatomy/z", 0.0, 0.0))
     summary = summarize_retrieval(results)
     assert summary["chest_ct"]["abnormality"]["entity"]["recall@1"] == 1.0
     assert summary["all"]["all"]["queries"] == 8
@@ -82,6 +87,12 @@ def test_retrieval_summary_groups_and_tests():
     assert summary["chest_xray"]["anatomy"]["holistic"]["recall@1_ci95"][0] == 0.0
     # one relevant study among four: a random ranking finds it first 1/4 of the time, in the top 3 3/4
     assert summary["all"]["all"]["chance"] == {"recall@1": 0.25, "recall@3": 0.75, "recall@5": 1.0}
+    assert "clustered_recall@1" not in summary["all"]["all"]  # no patients given: no clustered statistics
+    # all six chest CT queries from one patient: McNemar's p = 2/64 becomes no evidence at all
+    patients = {r["query"]: ("P1" if r["modality"] == "chest_ct" else f"P{i}") for i, r in enumerate(results)}
+    clustered = summarize_retrieval(results, patients)["chest_ct"]["all"]
+    assert clustered["clustered_recall@1"]["entity vs holistic"]["p_value"] == 1.0
+    assert clustered["entity"]["recall@1_ci95_clustered"] == [1.0, 1.0]
 
 
 def test_chance_recall_by_hand():
@@ -158,3 +169,39 @@ def test_report_metrics_are_scored_when_available_and_explained_when_not():
         pytest.approx(2 / 3)
     )
     assert mean_text_score(ExactMatch(), [], []) == 0.0
+
+
+def test_balanced_accuracy_by_hand_and_a_majority_guess_gains_nothing():
+    truth = ["worse", "worse", "worse", "stable", "better"]
+    guess = ["worse", "worse", "stable", "stable", "worse"]
+    assert balanced_accuracy(truth, guess) == pytest.approx((2 / 3 + 1 + 0) / 3)
+    imbalanced = ["worse"] * 8 + ["stable", "better"]
+    assert balanced_accuracy(imbalanced, ["worse"] * 10) == pytest.approx(1 / 3)  # plain accuracy: 0.8
+    with pytest.raises(ValueError):
+        balanced_accuracy(["a"], [])
+
+
+def test_clustered_intervals_are_as_wide_as_the_patients_not_the_rows():
+    # 10 patients with 100 questions each; a patient's answers are all right or all wrong
+    values = [float(patient % 2) for patient in range(10) for _ in range(100)]
+    clusters = [f"P{patient}" for patient in range(10) for _ in range(100)]
+    summary = clustered_mean(values, clusters)
+    low, high = summary["interval"]
+    assert summary["mean"] == 0.5 and summary["clusters"] == 10
+    wilson_low, wilson_high = wilson_interval(500, 1000)
+    assert high - low > 0.3 and high - low > 4 * (wilson_high - wilson_low)  # rows as independent: far too narrow
+    assert clustered_mean(values, clusters) == summary  # seeded: the same interval every time
+
+
+def test_the_clustered_paired_test_sees_a_consistent_gain_and_discounts_one_patient():
+    clusters = [f"P{patient}" for patient in range(30) for _ in range(10)]
+    rng = np.random.default_rng(0)
+    base = rng.random(300) < 0.4
+    better = base | (rng.random(300) < 0.3)  # B gains on every patient
+    consistent = clustered_paired_test(better, base, clusters)
+    assert consistent["difference"] > 0 and consistent["interval"][0] > 0 and consistent["p_value"] < 0.01
+    assert consistent["clusters"] == 30 and "clustered" in consistent["test"]
+    one_patient = [True] * 10 + [False] * 290  # all of the gain from one patient's ten questions
+    lucky = clustered_paired_test(one_patient, [False] * 300, clusters)
+    assert lucky["p_value"] > 0.5 and mcnemar_test(one_patient, [False] * 300)["p_value"] < 0.01
+    assert clustered_paired_test(base, base, clusters)["p_value"] == 1.0

@@ -77,6 +77,15 @@ def _percent(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+def _clustered_sentence(label: str, test: dict) -> str:
+    low, high = test["interval"]
+    return (
+        f"Patient-clustered ({label}): difference {100 * test['difference']:+.1f} points, 95% cluster-bootstrap "
+        f"interval [{100 * low:+.1f}, {100 * high:+.1f}], sign-flip permutation p = {test['p_value']:.3g} "
+        f"over {test['clusters']} patients (McNemar treats every question as independent)."
+    )
+
+
 def markdown_report(metrics: dict) -> str:
     """The report as Markdown (tables and links to the figures)."""
     lines = ["# MedReCo demo on the synthetic cohort", ""]
@@ -119,6 +128,9 @@ def markdown_report(metrics: dict) -> str:
     test = overall.get("mcnemar_recall@1", {}).get("entity vs holistic")
     if test:
         lines += ["", f"McNemar (Recall@1, entity vs holistic, all queries): p = {test['p_value']:.3g}."]
+    clustered = overall.get("clustered_recall@1", {}).get("entity vs holistic")
+    if clustered:
+        lines += ["", _clustered_sentence("Recall@1, entity vs holistic, all queries", clustered)]
     lines += ["", "![Recall@k](figures/recall_bars.png)", ""]
     montage = metrics.get("montage")
     if montage:
@@ -157,6 +169,9 @@ def markdown_report(metrics: dict) -> str:
         f"Accuracy by question dimension uses the {closed['scoring']} scoring.",
         "",
     ]
+    if closed.get("clustered"):
+        label = f"VLM ({closed['scoring']}) vs text-only, clustered by the patient of Case A / the prior"
+        lines += [_clustered_sentence(label, closed["clustered"]), ""]
     lines += ["| question dimension | VLM accuracy % | questions |", "|---|---|---|"]
     for name, entry in closed["by_dimension"].items():
         lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")

@@ -5,7 +5,7 @@
 - **MS-CXR-T** (progression of five findings between a prior and a current radiograph): each
   labelled finding becomes a closed question "How has the {finding} changed from the prior to the
   current study?" with the options decreased / stable / increased (improving / stable / worsening);
-  accuracy by finding, macro accuracy and the confusion matrix.
+  accuracy by finding, the class-balanced macro-accuracy of BioViL-T and TILA, and the confusion matrix.
 - **Medical-Diff-VQA** (open "what has changed" questions about a study against an earlier one):
   answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1, and RaTEScore and
   RadGraph F1 when their packages and models are available (else the reason is recorded).
@@ -20,11 +20,13 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import mean
 from types import SimpleNamespace
 
 from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
 from ..data.mining.vqa import LETTERS
 from ..errors import MedReCoError
+from .metrics import balanced_accuracy
 from .text import available_report_metrics
 from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_open_ended, sample_rows
 
@@ -125,8 +127,9 @@ def progression_question(finding: str) -> tuple[str, list[str]]:
 def evaluate_ms_cxr_t(
     model, processor, items: Sequence[ProgressionItem], images: ImageLocator, progress: bool = False
 ) -> dict:
-    """Accuracy by finding and overall, macro accuracy over findings, and the confusion matrix
-    (rows: true progression, columns: the progression of the chosen option)."""
+    """Accuracy by finding and overall, the macro-accuracy of BioViL-T and TILA (per finding, the
+    mean over progression classes of the share answered right; then the mean over findings), and
+    the confusion matrix (rows: true progression, columns: the progression of the chosen option)."""
     pairs, labels = [], []
     for item in items:
         name = f"MS-CXR-T study {item.study_id}"
@@ -143,16 +146,24 @@ def evaluate_ms_cxr_t(
             labels.append((finding, label))
     rows, studies = _pair_rows(pairs)
     result = closed_accuracy(model, processor, rows, studies, progress)
-    by_finding = defaultdict(list)
+    by_finding, truths, choices = defaultdict(list), defaultdict(list), defaultdict(list)
     confusion = {label: Counter() for label in PROGRESSION_OPTIONS}
     chosen_progression = {option: label for label, option in PROGRESSION_OPTIONS.items()}
     for (finding, label), row, letter, hit in zip(labels, rows, result["predicted"], result["correct"], strict=True):
+        chosen = chosen_progression[row["options"][LETTERS.index(letter)]]
         by_finding[finding].append(hit)
-        confusion[label][chosen_progression[row["options"][LETTERS.index(letter)]]] += 1
-    per_finding = {name: accuracy_summary(hits) for name, hits in sorted(by_finding.items())}
+        truths[finding].append(label)
+        choices[finding].append(chosen)
+        confusion[label][chosen] += 1
+    per_finding = {
+        name: {**accuracy_summary(hits), "macro_accuracy": balanced_accuracy(truths[name], choices[name])}
+        for name, hits in sorted(by_finding.items())
+    }
     return {
         **accuracy_summary(result["correct"]),
-        "macro_accuracy": sum(v["accuracy"] for v in per_finding.values()) / len(per_finding) if per_finding else 0.0,
+        # BioViL-T / TILA: per finding, the mean of the per-class accuracies; then the mean over findings
+        "macro_accuracy": mean(v["macro_accuracy"] for v in per_finding.values()) if per_finding else 0.0,
+        "mean_finding_accuracy": mean(v["accuracy"] for v in per_finding.values()) if per_finding else 0.0,
         "by_finding": per_finding,
         "confusion": confusion_table(confusion, list(PROGRESSION_OPTIONS)),
     }

@@ -1,4 +1,5 @@
-"""Metric functions: ranking (Recall@k, NDCG), statistics (Wilson intervals, McNemar), text.
+"""Metric functions: ranking (Recall@k, NDCG), classification (balanced accuracy), statistics
+(Wilson intervals, McNemar, patient-clustered bootstrap intervals and a clustered paired test), text.
 
 Each is small and checked against hand-computed cases in `tests/evaluation/test_metrics.py`."""
 
@@ -53,6 +54,77 @@ def mcnemar_test(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> dict:
         return {"b": 0, "c": 0, "p_value": 1.0}
     tail = sum(math.comb(n, i) for i in range(0, min(b, c) + 1)) / 2**n
     return {"b": b, "c": c, "p_value": min(1.0, 2 * tail)}
+
+
+def balanced_accuracy(true_labels: Sequence[str], predicted_labels: Sequence[str]) -> float:
+    """The mean over true classes of the share predicted right (per-class recall): the
+    "macro-accuracy" BioViL-T and TILA report, which a majority-class guess cannot inflate."""
+    if len(true_labels) != len(predicted_labels):
+        raise ValueError("balanced accuracy needs one prediction per label")
+    if not true_labels:
+        raise ValueError("balanced accuracy needs at least one label")
+    by_class: dict[str, list[bool]] = {}
+    for truth, predicted in zip(true_labels, predicted_labels):
+        by_class.setdefault(truth, []).append(truth == predicted)
+    return sum(sum(hits) / len(hits) for hits in by_class.values()) / len(by_class)
+
+
+def _cluster_totals(values: Sequence[float], clusters: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster: the sum of the values and their count (clusters in first-seen order)."""
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values for {len(clusters)} cluster labels")
+    if not values:
+        raise ValueError("no values to summarise")
+    index: dict[str, int] = {}
+    codes = np.array([index.setdefault(str(c), len(index)) for c in clusters])
+    totals = np.bincount(codes, weights=np.asarray(values, dtype=float), minlength=len(index))
+    return totals, np.bincount(codes, minlength=len(index)).astype(float)
+
+
+def clustered_mean(
+    values: Sequence[float], clusters: Sequence[str], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> dict:
+    """The mean of `values` with a cluster bootstrap interval: whole clusters (patients) are
+    resampled with replacement, so values from one patient move together and the interval is as
+    wide as the number of patients warrants, not the number of rows."""
+    totals, counts = _cluster_totals(values, clusters)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(totals), size=(resamples, len(totals)))
+    means = totals[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return {"mean": float(totals.sum() / counts.sum()), "interval": (float(low), float(high)), "clusters": len(totals)}
+
+
+def clustered_paired_test(
+    scores_a: Sequence[float],
+    scores_b: Sequence[float],
+    clusters: Sequence[str],
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict:
+    """A minus B on paired scores (e.g. hits of two methods on the same queries), with clustering:
+    the difference's cluster-bootstrap interval, and the two-sided p-value of a sign-flip
+    permutation test on the per-cluster sums of differences (under "no difference" each
+    patient's total is as likely positive as negative). Returns difference, interval, p_value,
+    clusters and the test's name."""
+    if len(scores_a) != len(scores_b):
+        raise ValueError("a paired test needs the same number of scores on both sides")
+    differences = [float(a) - float(b) for a, b in zip(scores_a, scores_b)]
+    summary = clustered_mean(differences, clusters, confidence, resamples, seed)
+    totals, _ = _cluster_totals(differences, clusters)
+    rng = np.random.default_rng(seed + 1)
+    signs = rng.choice([-1.0, 1.0], size=(resamples, len(totals)))
+    observed = abs(totals.sum())
+    extreme = int((np.abs((signs * totals).sum(axis=1)) >= observed - 1e-12).sum())
+    return {
+        "difference": summary["mean"],
+        "interval": summary["interval"],
+        "p_value": (extreme + 1) / (resamples + 1),
+        "clusters": summary["clusters"],
+        "test": "patient-clustered sign-flip permutation test; cluster-bootstrap 95% interval",
+    }
 
 
 def _normal_quantile(p: float) -> float:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from ..data.mining import MinedData
 from ..data.reports.ontology import entity_prompts
 from ..inference.encoder import RerankerScorer, RetrievalEncoder, fuse_scores
-from .metrics import mcnemar_test, ndcg_at_k, recall_at_k, wilson_interval
+from .metrics import clustered_mean, clustered_paired_test, mcnemar_test, ndcg_at_k, recall_at_k, wilson_interval
 
 logger = logging.getLogger(__name__)
 LEVEL_NAMES = {"anatomy": "anatomy", "abnormal": "abnormality", "disease": "disease"}
@@ -176,7 +176,8 @@ def evaluate_retrieval(
                 },
             }
         )
-    return {"queries": results, "summary": summarize_retrieval(results)}
+    patients = {r["query"]: data.studies[r["query"]].patient_id for r in results}
+    return {"queries": results, "summary": summarize_retrieval(results, patients)}
 
 
 def _rank(gallery: list[str], scores: torch.Tensor) -> list[str]:
@@ -192,10 +193,13 @@ def chance_recall(gallery_size: int, relevant: int, k: int) -> float:
     return 1.0 - math.comb(gallery_size - relevant, k) / math.comb(gallery_size, k)
 
 
-def summarize_retrieval(results: list[dict]) -> dict:
+def summarize_retrieval(results: list[dict], patients: dict[str, str] | None = None) -> dict:
     """Per modality and entity level (and "all"): each system's Recall@k with Wilson intervals,
     NDCG@5, McNemar tests on Recall@1 of entity vs holistic and entity+rerank vs entity, and the
-    Recall@k a random ranking would get on the same queries (`chance`)."""
+    Recall@k a random ranking would get on the same queries (`chance`). With `patients` (query ->
+    patient), also patient-clustered ones: Recall@1's cluster-bootstrap interval
+    (`recall@1_ci95_clustered`) and, per comparison, the difference with its clustered interval and
+    sign-flip p-value (`clustered_recall@1`): one patient's queries are not independent evidence."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for result in results:
         for modality in (result["modality"], "all"):
@@ -204,6 +208,7 @@ def summarize_retrieval(results: list[dict]) -> dict:
     summary: dict = {}
     for (modality, level), members in sorted(groups.items()):
         systems = members[0]["systems"].keys()
+        clusters = None if patients is None else [patients[m["query"]] for m in members]
         entry = {"queries": len(members)}
         for system in systems:
             stats = {}
@@ -213,16 +218,22 @@ def summarize_retrieval(results: list[dict]) -> dict:
                 stats[f"recall@{k}"] = float(np.mean(hits))
                 stats[f"recall@{k}_ci95"] = [low, high]
             stats["ndcg@5"] = float(np.mean([m["systems"][system]["ndcg@5"] for m in members]))
+            if clusters is not None:
+                hits = [m["systems"][system]["recall@1"] for m in members]
+                stats["recall@1_ci95_clustered"] = list(clustered_mean(hits, clusters)["interval"])
             entry[system] = stats
-        tests = {}
+        tests, clustered = {}, {}
         extras = [name for name in systems if name not in ("entity", "entity+rerank", "holistic")]
         for a, b in (("entity", "holistic"), ("entity+rerank", "entity"), *(("entity", name) for name in extras)):
             if a in systems and b in systems:
-                tests[f"{a} vs {b}"] = mcnemar_test(
-                    [bool(m["systems"][a]["recall@1"]) for m in members],
-                    [bool(m["systems"][b]["recall@1"]) for m in members],
-                )
+                hits_a = [bool(m["systems"][a]["recall@1"]) for m in members]
+                hits_b = [bool(m["systems"][b]["recall@1"]) for m in members]
+                tests[f"{a} vs {b}"] = mcnemar_test(hits_a, hits_b)
+                if clusters is not None:
+                    clustered[f"{a} vs {b}"] = clustered_paired_test(hits_a, hits_b, clusters)
         entry["mcnemar_recall@1"] = tests
+        if clusters is not None:
+            entry["clustered_recall@1"] = clustered
         entry["chance"] = {
             f"recall@{k}": float(np.mean([chance_recall(m["gallery_size"], len(m["relevant"]), k) for m in members]))
             for k in KS

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ..data.mining.vqa import CHANGE_OPTIONS, LETTERS, TextOnlyAnswerer, closed_answer, closed_prompt
 from ..data.reports.decomposition import QuestionEntityFinder
 from ..processing import conversation
-from .metrics import bleu, mcnemar_test, meteor, rouge_l, wilson_interval
+from .metrics import bleu, clustered_paired_test, mcnemar_test, meteor, rouge_l, wilson_interval
 
 CLOSED_SCORING = ("answer", "letter")  # the first is the headline
 
@@ -180,8 +180,10 @@ def evaluate_closed_vqa(
     scorings: Sequence[str] = CLOSED_SCORING,
 ) -> dict:
     """The VLM's closed-ended accuracy under each of `scorings` (the first is the headline `vlm`,
-    also split by question dimension), the text-only baseline's on the same questions, and the
-    exact McNemar test between the VLM and the baseline."""
+    also split by question dimension), the text-only baseline's on the same questions, the exact
+    McNemar test between the VLM and the baseline, and, when the studies know their patients, the
+    patient-clustered comparison (`clustered`: difference, cluster-bootstrap interval, sign-flip
+    p-value; a question is clustered by the patient of its first study, Case A or the prior)."""
     text = text_only_baseline(train_rows, rows)
     predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
@@ -192,11 +194,14 @@ def evaluate_closed_vqa(
     by_dimension = defaultdict(list)
     for row, hit in zip(rows, headline, strict=True):
         by_dimension[row.get("dimension", "all")].append(hit)
+    patients = [getattr(studies.get(row["study_a"]), "patient_id", None) for row in rows]
+    clustered = {} if None in patients else {"clustered": clustered_paired_test(headline, text, patients)}
     return {
         "scoring": scorings[0],
         "vlm": accuracy_summary(headline),
         "text_only": accuracy_summary(text),
         "mcnemar": mcnemar_test(headline, text),
+        **clustered,
         "by_scoring": {
             scoring: {**accuracy_summary(scored), "mcnemar": mcnemar_test(scored, text)}
             for scoring, scored in hits.items()
