@@ -151,14 +151,19 @@ def resolve_text_encoder(name_or_path: str) -> str:
 
 
 def create_config(family: str, preset: str = "paper", **overrides: Any) -> PreTrainedConfig:
-    """The config of a model family at a preset size, with top-level fields overridden."""
+    """The config of a model family at a preset size, with fields overridden; a sub-config given as
+    a dict (`vision_config={"moe": False}`) changes only the keys it names."""
     if family not in _FAMILIES:
         raise ValueError(f"unknown model family {family!r}; choose from {FAMILIES}")
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     config_class, _ = _FAMILIES[family]
     fields = copy.deepcopy(PRESETS[preset][family])
-    fields.update(overrides)
+    for name, value in overrides.items():  # a sub-config given as a dict changes only the keys it names
+        preset_value = fields.get(name)
+        fields[name] = (
+            {**preset_value, **value} if isinstance(preset_value, dict) and isinstance(value, dict) else value
+        )
     if family == "retrieval" and fields.get("text_model_name_or_path") == BUNDLED_TEXT_ENCODER:
         fields.setdefault("text_config", BertConfig.from_pretrained(bundled_text_encoder_path()).to_dict())
     return config_class(**fields)

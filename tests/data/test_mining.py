@@ -176,3 +176,28 @@ def test_anatomy_level_mining_gives_anatomy_retrieval_queries(cohort, tmp_path):
     assert {"anatomy", "abnormality"} <= levels
     with pytest.raises(ValueError, match="findings"):
         MiningConfig(levels=("anatomy", "findings"))
+
+
+def test_vqa_pairs_are_drawn_at_random_with_no_patient_dominating(cohort, tmp_path):
+    """A budget below the number of pairs: the old sampling took the first combinations in sorted
+    order, so the first study sat on one side of every question of its group (12 of 12 here)."""
+    import math
+    from collections import Counter, defaultdict
+
+    budget = 12
+    mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS, vqa_pairs_per_group=budget), progress=False)
+    studies = {s["study_id"]: s for s in datasets.load_from_disk(str(tmp_path / "studies")).to_list()}
+    questions = datasets.load_from_disk(str(tmp_path / "vqa")).to_list()
+    groups = defaultdict(set)  # (modality, split) -> the pairs asked about
+    for q in questions:
+        first = studies[q["study_a"]]
+        groups[(first["modality"], first["split"])].add(tuple(sorted((q["study_a"], q["study_b"]))))  # swaps too
+    assert len(groups) == 4  # two modalities, two splits
+    for key, pairs in groups.items():
+        patients = {s["patient_id"] for s in studies.values() if (s["modality"], s["split"]) == key}
+        sides = Counter(studies[study]["patient_id"] for pair in pairs for study in pair)
+        assert max(sides.values()) <= math.ceil(2 * budget / len(patients)) + 1, (key, sides)
+    answers = defaultdict(set)  # one reference answer per (pair, open question)
+    for q in questions:
+        answers[(q["study_a"], q["study_b"], q["open_question"])].add(q["open_answer"])
+    assert all(len(found) == 1 for found in answers.values())

@@ -10,6 +10,8 @@ from medreco.data.mining.vqa import (
     deduplicate,
     depends_on_both_images,
     filter_vqa,
+    open_question,
+    sample_pairs,
     shuffle_and_swap,
     template_answer,
     vqa_over_pairs,
@@ -166,3 +168,36 @@ def test_longitudinal_questions_from_the_follow_up_table():
         "The pleural effusion is stable.",
     ]
     assert change_sentence("nodule", "qualitatively changed", "margins") == "The nodule has changed in character."
+
+
+def test_sampled_pairs_cap_every_study_and_patient_unlike_the_first_combinations():
+    # 25 patients; one has 20 studies (a frequent flyer), the others 2 each
+    patient_of = {f"S{p:02d}-{i:02d}": f"P{p:02d}" for p in range(1, 25) for i in range(2)}
+    patient_of |= {f"S00-{i:02d}": "P00" for i in range(20)}
+    studies, budget = sorted(patient_of), 120
+    pairs = sample_pairs(studies, patient_of, budget, seed=0)
+    assert len(pairs) == budget and len(set(pairs)) == budget and all(a < b for a, b in pairs)
+
+    def largest_share(chosen):
+        sides = Counter(patient_of[s] for pair in chosen for s in pair)
+        return max(sides.values()) / (2 * len(chosen))
+
+    assert largest_share(pairs) <= 0.06  # balanced: 1/25 = 0.04 each, at most one pair more
+    studies_used = Counter(s for pair in pairs for s in pair)
+    assert max(studies_used.values()) <= 2 * budget // len(studies) + 2
+    first = list(itertools.islice(itertools.combinations(studies, 2), budget))  # the old sampling
+    assert largest_share(first) > 0.4  # the frequent flyer on one side of nearly every pair
+    assert sample_pairs(studies, patient_of, budget, seed=0) == pairs  # reproducible
+    assert sample_pairs(studies, patient_of, budget, seed=1) != pairs
+    few = studies[:4]  # fewer combinations than the budget: all of them
+    assert sorted(sample_pairs(few, patient_of, budget)) == list(itertools.combinations(few, 2))
+
+
+def test_open_questions_are_unique_per_pair_and_dimension(mined):
+    *_, samples = mined
+    answers = {}
+    for sample in samples:
+        answers.setdefault((sample.study_a, sample.study_b, sample.open_question), set()).add(sample.open_answer)
+    assert all(len(found) == 1 for found in answers.values())
+    assert open_question("size", "nodule") == "Compare the size of the nodule in Case B with Case A."
+    assert open_question("presence", "pleural effusion") != open_question("size", "pleural effusion")

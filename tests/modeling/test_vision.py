@@ -80,6 +80,33 @@ def test_experts_really_separate():
     assert not torch.allclose(changed[1], out[1], atol=1e-3)
 
 
+def test_a_shared_feed_forward_layer_is_the_moe_ablation():
+    from medreco.modeling import count_active_parameters
+
+    moe, shared = tiny_model("vision"), tiny_model("vision", moe=False)
+    assert all(len(block.mlp.experts) == 1 for block in [*shared.spatial_layers, *shared.depth_layers])
+    pixels = images_2d(1).repeat(2, 1, 1, 1, 1)
+    out = shared(pixels, torch.tensor([0, 1])).last_hidden_state
+    torch.testing.assert_close(out[0], out[1])  # one set of weights for every modality
+    with pytest.raises(ValueError, match="modality ids"):  # the id table still guards the input
+        shared(pixels, torch.tensor([0, 7]))
+    modalities = shared.config.modalities
+    counts, moe_counts = count_active_parameters(shared, modalities), count_active_parameters(moe, modalities)
+    assert all(counts[m] == counts["total"] for m in modalities)  # the shared layer serves everyone
+    expert = sum(p.numel() for block in moe.spatial_layers for p in block.mlp.experts[0].parameters())
+    expert += sum(p.numel() for block in moe.depth_layers for p in block.mlp.experts[0].parameters())
+    assert counts["total"] == moe_counts["chest_xray"] == moe_counts["total"] - (len(modalities) - 1) * expert
+
+
+def test_the_ablation_switch_reaches_the_retrieval_models_encoder_and_keeps_the_preset_sizes():
+    tiny = medreco.create_config("retrieval", "tiny")
+    shared = medreco.create_model("retrieval", "tiny", vision_config={"moe": False})  # as a recipe's overrides
+    assert shared.config.vision_config.moe is False and tiny.vision_config.moe is True
+    assert shared.config.vision_config.hidden_size == tiny.vision_config.hidden_size  # only `moe` changed
+    assert all(len(block.mlp.experts) == 1 for block in shared.vision_model.spatial_layers)
+    assert len(shared.conditioner.layers[0].mlp.experts) == tiny.vision_config.num_experts  # the conditioner's own
+
+
 def test_depth_layers_run_only_for_volumes():
     model = tiny_model("vision")
     image, volume = images_2d(1), torch.rand(1, 1, 4, 40, 40)

@@ -82,7 +82,7 @@ def _cluster_totals(values: Sequence[float], clusters: Sequence[str]) -> tuple[n
 
 
 def clustered_mean(
-    values: Sequence[float], clusters: Sequence[str], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+    values: Sequence[float], clusters: Sequence[str], confidence: float = 0.95, resamples: int = 10000, seed: int = 0
 ) -> dict:
     """The mean of `values` with a cluster bootstrap interval: whole clusters (patients) are
     resampled with replacement, so values from one patient move together and the interval is as
@@ -101,7 +101,7 @@ def clustered_paired_test(
     scores_b: Sequence[float],
     clusters: Sequence[str],
     confidence: float = 0.95,
-    resamples: int = 2000,
+    resamples: int = 10000,
     seed: int = 0,
 ) -> dict:
     """A minus B on paired scores (e.g. hits of two methods on the same queries), with clustering:

@@ -115,16 +115,16 @@ class ModalityExpertsFeedForward(nn.Module):
 
 
 class MedReCoBlock(GradientCheckpointingLayer):
-    """Pre-norm self-attention block whose feed-forward layer is a set of modality experts."""
+    """Pre-norm self-attention block whose feed-forward layer is a set of modality experts (one
+    shared layer when `config.moe` is False)."""
 
     def __init__(self, config):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.attention = MedReCoAttention(config, config.hidden_size, config.num_attention_heads)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = ModalityExpertsFeedForward(
-            config.hidden_size, config.intermediate_size, config.hidden_act, config.num_experts
-        )
+        experts = config.num_experts if config.moe else 1
+        self.mlp = ModalityExpertsFeedForward(config.hidden_size, config.intermediate_size, config.hidden_act, experts)
 
     def forward(
         self, hidden_states: torch.Tensor, modality_ids: torch.Tensor, output_attentions: bool = False

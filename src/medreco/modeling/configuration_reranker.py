@@ -25,6 +25,7 @@ class MedReCoRerankerConfig(ModalityTableMixin, PreTrainedConfig):
     hidden_act: str = "gelu"
     top_k: int = 64
     modalities: list[str] | None = None
+    moe: bool = True  # False: one feed-forward layer per block shared by every modality
     attention_dropout: float = 0.0
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02

@@ -49,7 +49,9 @@ class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
     The encoder has two stages: `num_spatial_layers` self-attention blocks inside each slice,
     then `num_depth_layers` blocks along depth at every in-plane location (volumes only).
     Each block's feed-forward layer is split into one expert per entry of `modalities`; every
-    sample is routed to its modality's expert by id, so one batch may mix modalities.
+    sample is routed to its modality's expert by id, so one batch may mix modalities. With
+    `moe=False` the blocks share one feed-forward layer (the paper's MoE-vs-shared ablation); the
+    modality table still names the ids the model accepts.
 
     Example:
     ```python
@@ -73,6 +75,7 @@ class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
     depth_patch_size: int = 10
     max_depth: int = 240
     modalities: list[str] | None = None
+    moe: bool = True  # False: one feed-forward layer per block shared by every modality (the ablation)
     attention_dropout: float = 0.0
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02

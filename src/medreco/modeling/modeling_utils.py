@@ -68,21 +68,17 @@ class MedReCoPreTrainedModel(PreTrainedModel):
 
 
 def count_active_parameters(model: nn.Module, modalities: list[str]) -> dict[str, int]:
-    """`{"total": n, "<modality>": active}`: a sample never uses the experts of other modalities."""
+    """`{"total": n, "<modality>": active}`: a sample never uses the experts of other modalities.
+    A layer with a single expert (shared, e.g. `moe=False`) is active for every modality."""
     total = sum(p.numel() for p in model.parameters())
-    expert_sizes: dict[int, int] = {}
-    for name, parameter in model.named_parameters():
-        parts = name.split(".")
-        if "experts" in parts:
-            index = int(parts[parts.index("experts") + 1])
-            expert_sizes[index] = expert_sizes.get(index, 0) + parameter.numel()
-    all_experts = sum(expert_sizes.values())
-    counts = {"total": total}
-    for expert_id, modality in enumerate(modalities):
-        # A single shared expert (e.g. a conditioner without experts) stays active for every modality.
-        shared = expert_sizes.get(0, 0) if len(expert_sizes) == 1 else 0
-        counts[modality] = total - all_experts + expert_sizes.get(expert_id, 0) + (shared if expert_id else 0)
-    return counts
+    unused = [0] * len(modalities)
+    for module in model.modules():
+        experts = getattr(module, "experts", None)
+        if isinstance(experts, nn.ModuleList) and len(experts) > 1:
+            sizes = [sum(p.numel() for p in expert.parameters()) for expert in experts]
+            for modality_id in range(len(modalities)):
+                unused[modality_id] += sum(sizes) - (sizes[modality_id] if modality_id < len(sizes) else 0)
+    return {"total": total, **{modality: total - unused[i] for i, modality in enumerate(modalities)}}
 
 
 __all__ = ["CheckpointMismatchError", "MedReCoPreTrainedModel", "count_active_parameters"]

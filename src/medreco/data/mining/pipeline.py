@@ -41,7 +41,7 @@ from .longitudinal import consistent_change_label
 from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
 from .splits import assign_splits, check_patients
 from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
-from .vqa import filter_vqa, vqa_over_pairs
+from .vqa import filter_vqa, sample_pairs, vqa_over_pairs
 
 logger = logging.getLogger(__name__)
 REQUIRED_COLUMNS = ("image", "report", "patient_id", "modality")
@@ -308,7 +308,8 @@ def longitudinal_labels(
 def comparative_vqa(
     decompositions, studies: dict[str, StudyInfo], entity_ids: list[str], ontology, config: MiningConfig
 ):
-    """Questions over pairs of studies of one modality and split, then the filters of Table S4."""
+    """Questions over pairs of studies of one modality and split (drawn at random, no study or
+    patient in more than its share: `sample_pairs`), then the filters of Table S4."""
     entity_map = {e.id: e for e in ontology.entities()}
     family_entities = {
         family: [entity_map[e] for e in entity_ids if entity_map[e].family == family] for family in ontology.families
@@ -316,10 +317,11 @@ def comparative_vqa(
     groups: dict[tuple[str, str], list[str]] = {}
     for study_id, info in studies.items():
         groups.setdefault((info.modality, info.split), []).append(study_id)
+    patient_of = {study_id: info.patient_id for study_id, info in studies.items()}
     pairs = (
         (a, b, studies[a].patient_id == studies[b].patient_id)
-        for _, members in sorted(groups.items())
-        for a, b in itertools.islice(itertools.combinations(sorted(members), 2), config.vqa_pairs_per_group)
+        for (modality, split), members in sorted(groups.items())
+        for a, b in sample_pairs(members, patient_of, config.vqa_pairs_per_group, f"{config.seed}:{modality}:{split}")
     )
     statements = {s: d.statements for s, d in decompositions.items()}
     samples = vqa_over_pairs(

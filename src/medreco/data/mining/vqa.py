@@ -11,11 +11,14 @@ wording alone, trained on one half and tested on the other with shuffled options
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
+import random
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -262,6 +265,25 @@ def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[di
     return questions
 
 
+# One open question per comparison dimension: a pair's questions about one entity never share a
+# wording while their reference answers differ.
+OPEN_QUESTIONS = {
+    "presence": "Describe whether {la} and {lb} show {noun}.",
+    "location": "On which side is the {noun} in {la} and in {lb}?",
+    "size": "Compare the size of the {noun} in {lb} with {la}.",
+    "number": "Compare the number of {noun} in {lb} with {la}.",
+    "margins": "Describe the margins of the {noun} in {la} and in {lb}.",
+    "density": "Describe the density of the {noun} in {la} and in {lb}.",
+    "change": "Describe how the {noun} has changed from the prior to the current study.",
+}
+
+
+def open_question(dimension: str, noun: str, labels: tuple[str, str] = ("Case A", "Case B")) -> str:
+    """The open-ended question about one comparison dimension of a finding."""
+    template = OPEN_QUESTIONS.get(dimension, "Compare the " + dimension + " of the {noun} between {la} and {lb}.")
+    return template.format(noun=noun, la=labels[0], lb=labels[1])
+
+
 def generate_vqa(
     statements_a: dict[str, EntityStatement],
     statements_b: dict[str, EntityStatement],
@@ -291,12 +313,60 @@ def generate_vqa(
                     question,
                     options,
                     answer,
-                    open_question=f"Compare the {_noun(entity)} between {labels[0]} and {labels[1]}.",
+                    open_question=open_question(dimension, _noun(entity), labels),
                     open_answer=open_answer,
                     labels=labels,
                 )
             )
     return samples
+
+
+def sample_pairs(
+    studies: Sequence[str], patient_of: Mapping[str, str], budget: int, seed: int | str = 0
+) -> list[tuple[str, str]]:
+    """Up to `budget` distinct unordered study pairs drawn at random, with every study in at most
+    ceil(2 budget / studies) + 1 of them and every patient in at most ceil(2 budget / patients) + 1
+    (a pair counts once for each side): no study or patient dominates the questions. Pairs are
+    drawn from every combination (shuffled) for groups up to 2 million pairs, by rejection above."""
+    studies = sorted(studies)
+    count = len(studies)
+    budget = min(budget, count * (count - 1) // 2)
+    if budget <= 0:
+        return []
+    rng = random.Random(f"{seed}:{count}:{budget}")
+    study_cap = math.ceil(2 * budget / count) + 1
+    patient_cap = math.ceil(2 * budget / len({patient_of[s] for s in studies})) + 1
+    study_used: Counter = Counter()
+    patient_used: Counter = Counter()
+    chosen: set[tuple[str, str]] = set()
+
+    def take(a: str, b: str) -> None:
+        pair = (a, b) if a < b else (b, a)
+        patients = Counter([patient_of[a], patient_of[b]])
+        if pair in chosen or study_used[a] >= study_cap or study_used[b] >= study_cap:
+            return
+        if any(patient_used[patient] + n > patient_cap for patient, n in patients.items()):
+            return
+        chosen.add(pair)
+        study_used.update((a, b))
+        patient_used.update(patients)
+
+    if count * (count - 1) // 2 <= 2_000_000:
+        candidates = list(itertools.combinations(studies, 2))
+        rng.shuffle(candidates)
+        for a, b in candidates:
+            take(a, b)
+            if len(chosen) == budget:
+                break
+    else:
+        for _ in range(50 * budget):
+            a, b = rng.sample(studies, 2)
+            take(a, b)
+            if len(chosen) == budget:
+                break
+    ordered = sorted(chosen)
+    rng.shuffle(ordered)
+    return ordered
 
 
 def vqa_over_pairs(
