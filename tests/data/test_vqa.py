@@ -120,6 +120,10 @@ def test_filters_and_the_language_prior(mined):
     final, report = filter_vqa(samples, statements, entities)
     assert report.generated == len(samples) and 0 < report.after_language_prior < report.after_duplicates
     assert 0.0 < report.language_prior_removed_share < 0.8
+    removed = report.removed()  # every filter's count and share, as the mining summary reports them
+    assert set(removed) == {"image_dependency", "duplicates", "language_prior"}
+    assert removed["language_prior"]["share"] == round(report.language_prior_removed_share, 4)
+    assert sum(r["removed"] for r in removed.values()) == report.generated - report.after_language_prior
     answers = Counter(s.answer for s in final)
     assert max(answers.values()) / len(final) < 0.35  # no letter dominates after shuffling
     # the text-only answerer really learns priors: on a skewed toy set it picks the frequent answer

@@ -228,6 +228,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         decomposed_now=computed,
         vqa_generated=report.generated,
         vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
+        vqa_filters=report.removed(),  # every filter's removals (the bias filter reorders, removes none)
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

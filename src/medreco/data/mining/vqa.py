@@ -522,6 +522,18 @@ class VQAFilterReport:
     def language_prior_removed_share(self) -> float:
         return 1 - self.after_language_prior / self.after_duplicates if self.after_duplicates else 0.0
 
+    def removed(self) -> dict[str, dict[str, float]]:
+        """What each filter removed: its count and its share of the questions that reached it."""
+        steps = (
+            ("image_dependency", self.generated, self.after_image_dependency),
+            ("duplicates", self.after_image_dependency, self.after_duplicates),
+            ("language_prior", self.after_duplicates, self.after_language_prior),
+        )
+        return {
+            name: {"removed": before - after, "share": round((before - after) / before, 4) if before else 0.0}
+            for name, before, after in steps
+        }
+
 
 def filter_vqa(
     samples: list[VQASample],
