@@ -240,7 +240,7 @@ def loaded(tmp_path_factory):
             remote=str(remote),
             out=str(tmp),
         )
-    states = {name: torch.load(tmp / f"{name}.pt") for name in ("bert", "remote")}
+    states = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in ("bert", "remote")}
     return hub, {"bert": bert.state_dict(), "remote": remote_state}, out, states
 
 

@@ -188,3 +188,13 @@ def test_save_pretrained_with_push_to_hub_uploads_the_processors_code_too(tmp_pa
     assert config["auto_map"] == {"AutoImageProcessor": "image_processing_medreco.MedReCoImageProcessor"}
     assert {"image_processing_medreco.py", "readers.py", "errors.py"} <= set(files)
     assert (tmp_path / "processor" / "image_processing_medreco.py").is_file()  # the local folder has it too
+
+
+def test_only_the_cards_own_placeholder_is_pointed_at_the_repository(tmp_path):
+    from medreco.hub.push import _point_the_card_at
+
+    card = tmp_path / "README.md"
+    other = 'AutoTokenizer.from_pretrained("Qwen/Qwen2.5-7B")\n'  # a name the user wrote: left as it is
+    card.write_text('AutoModel.from_pretrained("medreco-vlm")\n' + other)
+    _point_the_card_at(tmp_path, "lab/vlm")
+    assert card.read_text() == 'AutoModel.from_pretrained("lab/vlm")\n' + other

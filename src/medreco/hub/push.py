@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MedReCoError
+from .card import FAMILIES
 
 logger = logging.getLogger(__name__)
 # Never uploaded: training checkpoints and caches a run folder may hold next to the model, and the
@@ -117,11 +118,13 @@ def _rewrite(path: Path, text: str) -> None:
 
 
 def _point_the_card_at(folder: Path, repo_id: str) -> None:
-    """The model card's code loads the repository it is read in (medreco's cards name the folder)."""
+    """A medreco card's code loads the repository it is read in: its placeholder name
+    (`medreco-<family>`) becomes `repo_id`; any other `from_pretrained` name is left as written."""
     card = folder / "README.md"
     if card.is_file():
         text = card.read_text()
-        pointed = re.sub(r'(\.from_pretrained\()"[^"]*"', rf'\1"{repo_id}"', text)
+        placeholder = "|".join(f"medreco-{family}" for family in FAMILIES)
+        pointed = re.sub(rf'(\.from_pretrained\()"(?:{placeholder})"', rf'\1"{repo_id}"', text)
         if pointed != text:
             _rewrite(card, pointed)
 
