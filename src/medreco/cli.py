@@ -511,6 +511,36 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
+    from .demo.ablation import ABLATIONS
+
+    _demo_arguments(parser)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default: 0)")
+    parser.add_argument(
+        "--only", type=_names, help=f"comma-separated ablations (default: all: {', '.join(a.name for a in ABLATIONS)})"
+    )
+
+
+def _ablate(args: argparse.Namespace) -> int:
+    """The ablation grid at the demo's scale over training seeds, in one table."""
+    from .demo import AblationConfig, DemoConfig, run_ablations
+
+    demo = DemoConfig(
+        out_dir=args.out, quick=args.quick, patients=args.patients, seed=args.seed, progress=not args.quiet
+    )
+    config = AblationConfig(demo, tuple(args.seeds), *((args.only,) if args.only else ()))
+    result = run_ablations(config)
+    for target in result["targets"]:
+        for seed, check in target["seeds"].items():
+            low, high = check["interval"]
+            print(
+                f"seed {seed}: {target['method']} - {target['baseline']}: {100 * check['difference']:+.1f} points "
+                f"[{100 * low:+.1f}, {100 * high:+.1f}] ({'met' if check['met'] else 'NOT met'})"
+            )
+    print(f"table: {config.root / 'ablation.md'}  data: {config.root / 'ablation.json'}")
+    return 0
+
+
 # ------------------------------------------------------------------ parsing helpers
 def _names(text: str) -> tuple[str, ...]:
     """ "a, b" -> ("a", "b")"""
@@ -554,6 +584,7 @@ COMMANDS: list[Command] = [
         _benchmark,
     ),
     ("demo", "the whole system on the synthetic cohort: train, evaluate, report", _demo_arguments, _demo),
+    ("ablate", "the ablation grid at the demo's scale over seeds, in one table", _ablate_arguments, _ablate),
     ("manifest", "write a mining manifest from MIMIC-CXR or CT-RATE", _manifest_arguments, _manifest),
 ]
 

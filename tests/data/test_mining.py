@@ -201,3 +201,26 @@ def test_vqa_pairs_are_drawn_at_random_with_no_patient_dominating(cohort, tmp_pa
     for q in questions:
         answers[(q["study_a"], q["study_b"], q["open_question"])].add(q["open_answer"])
     assert all(len(found) == 1 for found in answers.values())
+
+
+def test_the_language_prior_filter_leaves_the_test_split_alone(cohort, tmp_path):
+    """Test questions are never deleted by a text-only model (that would make every text-only
+    baseline lose by construction); the training questions it removed are kept apart."""
+    from medreco.data.mining import MinedData
+
+    summary = mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS), progress=False)
+    data = MinedData(tmp_path)
+    removed = data.rows("vqa_removed")
+    assert removed and {r["split"] for r in removed} == {"train"}
+    assert summary["vqa_removed"] == len(removed) and summary["vqa_language_prior_splits"] == ["train"]
+    prior = summary["vqa_filters"]["language_prior"]
+    assert prior["removed"] == len(removed) and prior["reached"] == len(removed) + len(data.rows("vqa", "train"))
+    # every test-split question the earlier filters passed is in the table
+    everything = mine(
+        cohort / "manifest.jsonl",
+        tmp_path / "all",
+        MiningConfig(**THRESHOLDS, language_prior_splits=()),
+        progress=False,
+    )
+    assert everything["vqa_removed"] == 0
+    assert len(data.rows("vqa", "test")) == len(MinedData(tmp_path / "all").rows("vqa", "test"))

@@ -5,6 +5,7 @@ import pytest
 
 from medreco.data.mining.vqa import (
     LETTERS,
+    MajorityAnswerer,
     TextOnlyAnswerer,
     VQASample,
     deduplicate,
@@ -141,6 +142,51 @@ def test_filters_and_the_language_prior(mined):
         )
         is not None
     )
+
+
+def test_the_language_prior_filter_judges_the_chosen_questions_only(mined):
+    """Mining filters the training split alone: questions it does not judge all reach the output,
+    and what it removes is handed back (to fit text-only baselines before the filter)."""
+    _, _, decomposer, statements, samples = mined
+    entities = {e.id: e for e in decomposer.ontology.entities()}
+    judged = {s.study_a for s in samples[::2]}  # "training" questions: those of every other first study
+
+    def is_judged(sample):
+        return sample.study_a in judged
+
+    final, report = filter_vqa(samples, statements, entities, prior_filtered=is_judged)
+    unjudged = [s for s in deduplicate(samples) if not is_judged(s)]
+    kept_keys = Counter((s.study_a, s.study_b, s.entity_id, s.dimension) for s in final)
+    for s in unjudged:  # every unjudged question survives (possibly with its cases swapped)
+        assert (
+            kept_keys[(s.study_a, s.study_b, s.entity_id, s.dimension)]
+            + kept_keys[(s.study_b, s.study_a, s.entity_id, s.dimension)]
+            >= 1
+        )
+    removed = report.removed_by_language_prior
+    assert removed and all(s.study_a in judged or s.study_b in judged for s in removed)
+    assert report.reached_language_prior == sum(map(is_judged, deduplicate(samples)))
+    assert len(final) + len(removed) == report.after_duplicates
+    assert report.removed()["language_prior"] == {
+        "removed": len(removed),
+        "share": round(len(removed) / report.reached_language_prior, 4),
+        "reached": report.reached_language_prior,
+    }
+
+
+def test_majority_answer_by_hand():
+    def sample(options, answer):
+        return VQASample("a", "b", "e", "change", "q?", options, answer, "", "")
+
+    train = [
+        sample(["stable", "new", "resolved", "increased"], "A"),  # stable
+        sample(["new", "stable", "resolved", "increased"], "B"),  # stable
+        sample(["new", "stable", "resolved", "increased"], "A"),  # new
+    ]
+    majority = MajorityAnswerer().fit(train)
+    assert majority.predict("anything", ["resolved", "increased", "Stable", "new"]) == "C"  # stable: 2
+    assert majority.predict("anything", ["resolved", "new", "increased", "decreased"]) == "B"  # new: 1
+    assert majority.predict("anything", ["w", "x", "y", "z"]) == "A"  # all unseen: the first
 
 
 def test_longitudinal_questions_from_the_follow_up_table():

@@ -123,6 +123,64 @@ def test_demo_rerun_reuses_finished_steps(demo, capsys):
     assert "Recall@1" in capsys.readouterr().out
 
 
+def test_ablate_retrains_each_switch_and_reports_every_run_against_the_demo(demo, capsys):
+    """`medreco ablate` on the demo's folder: the method is the demo's own run (not retrained), each
+    ablation retrains its stage with one switch and the same steps, and every row is scored on the
+    demo's queries and questions with clustered intervals; a second call trains nothing."""
+    args = ["ablate", "--quick", "--out", str(demo), "--only", "holistic-trained,blind", "--quiet"]
+    assert main(args) == 0
+    root = demo / "ablations"
+    result = json.loads((root / "ablation.json").read_text())
+    assert not (root / "seed-0" / "base" / "models").exists()  # the demo's own models
+    holistic = json.loads(
+        (root / "seed-0" / "holistic-trained" / "models" / "stage1" / "final" / "training_config.json").read_text()
+    )
+    demo_stage1 = json.loads((demo / "models" / "stage1" / "final" / "training_config.json").read_text())
+    assert holistic["ranking_target"] == "study" and demo_stage1["ranking_target"] == "entity"
+    assert holistic["ranking"]["max_steps"] == demo_stage1["ranking"]["max_steps"]
+    blind = AutoModelForImageTextToText.from_pretrained(root / "seed-0" / "blind" / "models" / "stage2" / "final")
+    assert blind.config.blind_images
+    table = result["seeds"]["0"]
+    assert [r["system"] for r in table["retrieval"]] == [
+        "entity (MedReCo)",
+        "entity + reranker",
+        "holistic, CLS query of the same model",
+        "holistic, trained for study ranking",
+    ]
+    assert [r["system"] for r in table["vqa"]] == [
+        "VLM (MedReCo)",
+        "blind VLM (blank images)",
+        "text-only (question wording)",
+        "majority answer",
+    ]
+    metrics = json.loads((demo / "metrics.json").read_text())  # the reference rows are the demo's scores
+    assert table["retrieval"][0]["score"]["mean"] == pytest.approx(
+        metrics["retrieval"]["all"]["all"]["entity"]["recall@1"]
+    )
+    assert table["vqa"][0]["score"]["mean"] == pytest.approx(metrics["vqa"]["closed"]["vlm"]["accuracy"])
+    for row in table["retrieval"][1:] + table["vqa"][1:]:
+        test = row["method_minus_this"]
+        assert test["interval"][0] <= test["difference"] <= test["interval"][1] and 0 < test["p_value"] <= 1
+        assert test["difference"] == pytest.approx(
+            table["retrieval" if row in table["retrieval"] else "vqa"][0]["score"]["mean"] - row["score"]["mean"]
+        )
+    assert [t["baseline"] for t in result["targets"]] == [
+        "holistic, trained for study ranking",
+        "blind VLM (blank images)",
+    ]
+    markdown = (root / "ablation.md").read_text()
+    assert (
+        "| holistic, trained for study ranking | 0 |" in markdown and (root / "figures" / "ablation.png").stat().st_size
+    )
+    assert capsys.readouterr().out.count("seed 0: ") == 2  # each target, met or not
+    trained = (root / "seed-0" / "blind" / "models" / "stage2" / "final" / "model.safetensors").stat().st_mtime_ns
+    assert main(args) == 0
+    assert (
+        root / "seed-0" / "blind" / "models" / "stage2" / "final" / "model.safetensors"
+    ).stat().st_mtime_ns == trained
+    assert json.loads((root / "ablation.json").read_text())["seeds"] == result["seeds"]
+
+
 def test_markdown_and_html_reports_render_tables():
     entry = {
         "queries": 4,

@@ -146,6 +146,19 @@ def test_image_features_replace_placeholders():
     assert not torch.allclose(out.logits[:, -1], other_pixels.logits[:, -1])
 
 
+def test_a_blind_vlm_sees_no_image_and_stays_blind_after_a_round_trip(tmp_path):
+    """`blind_images` (the blind baseline): any pixels give the answer blank images give."""
+    model = tiny_model("vlm", blind_images=True)
+    inputs = example_inputs(model)
+    out = model(**inputs)
+    for pixels in (torch.rand_like(inputs["pixel_values"]), torch.zeros_like(inputs["pixel_values"])):
+        torch.testing.assert_close(model(**dict(inputs, pixel_values=pixels)).logits, out.logits)
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForImageTextToText.from_pretrained(tmp_path).eval()
+    assert reloaded.config.blind_images
+    torch.testing.assert_close(reloaded(**inputs).logits, out.logits)
+
+
 def test_image_positions_never_contribute_to_the_loss():
     model = tiny_model("vlm")
     inputs = example_inputs(model)

@@ -197,3 +197,45 @@ def test_statement_alignment_alone_teaches_entity_conditioned_retrieval(toy, tmp
     trainer.train()
     after = pair_auc(trainer.model, trainer)
     assert after > max(0.8, before + 0.2)
+
+
+def _study_auc(model, trainer: Stage1Trainer, agreement: dict) -> float:
+    """Share of (agreeing, disagreeing) report pairs of the training split whose whole-image
+    similarity orders them correctly."""
+    from medreco.inference import RetrievalEncoder
+    from medreco.training.stage1 import STUDY_IRRELEVANT, STUDY_RELEVANT
+
+    encoder = RetrievalEncoder(model, trainer.tokenizer, trainer.image_processor)
+    ids = trainer.data.study_ids("train")
+    (block,) = encoder.encode_images([None] * len(ids), ["chest_xray"] * len(ids), ids, tensors=trainer.store)
+    index = {s: i for i, s in enumerate(block.study_ids)}
+    features, _ = encoder.condition(block.tokens, block.modality_ids, None)
+    correct = total = 0
+    for anchor, shares in agreement.items():
+        scores = {c: float(features[index[c]] @ features[index[anchor]]) for c in shares}
+        agree = [c for c, share in shares.items() if share >= STUDY_RELEVANT]
+        disagree = [c for c, share in shares.items() if share <= STUDY_IRRELEVANT]
+        correct += sum(scores[a] > scores[d] for a in agree for d in disagree)
+        total += len(agree) * len(disagree)
+    return correct / total
+
+
+def test_ranking_target_study_trains_the_holistic_baseline(toy, tmp_path):
+    """`ranking_target=study`: ranking batches carry no entity and whole-report relevance, and the
+    whole-image features learn to rank studies by how much their reports agree."""
+    from medreco.training.stage1 import report_agreement, study_relevance
+
+    torch.manual_seed(0)
+    trainer = Stage1Trainer(stage1_config(toy, tmp_path, "ranking_target=study", "alignment.epochs=0"))
+    phase = trainer.ranking_phase()
+    rows = phase.items[:6]
+    batch = phase.collate(rows)
+    assert not {"entity_features", "entity_input_ids"} & set(batch)
+    agreement = report_agreement(trainer.data.relevance_table("train"))
+    patient_of = {s: study.patient_id for s, study in trainer.data.studies.items()}
+    candidates = [r["positive"] for r in rows] + [r["negative"] for r in rows]
+    assert torch.equal(batch["relevance"], study_relevance(rows, candidates, agreement, patient_of))
+    before = _study_auc(trainer.model, trainer, agreement)
+    summary = trainer.train()["stage1/ranking"]
+    after = _study_auc(trainer.model, trainer, agreement)
+    assert summary["last_loss"] < summary["first_loss"] and after > before + 0.1, (before, after)

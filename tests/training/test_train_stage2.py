@@ -162,3 +162,11 @@ def test_stage2_learns_closed_questions_beyond_its_untrained_self(stage1_run, to
     assert after >= 0.8 and after > before + 0.2, (before, after)
     by_answer = closed_accuracy(trainer.model, trainer.processor, rows, trainer.data.studies, scoring="answer")
     assert by_answer["accuracy"] >= 0.8, by_answer["accuracy"]
+
+
+def test_stage2_blind_images_builds_the_blind_baseline(stage1_run, toy, tmp_path):
+    """The recipe switch of the blind-VLM ablation reaches the model's config (saved with it)."""
+    _, stage1_out, _, _ = stage1_run
+    blind = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "blind_images=true"))
+    assert blind.model.config.blind_images
+    assert not Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path / "seeing")).model.config.blind_images

@@ -7,7 +7,7 @@ import pytest
 from medreco.data.mining import MinedData
 from medreco.errors import TrainingDataError
 from medreco.training import ModalityBatchSampler
-from medreco.training.stage1 import Stage1Trainer, ranking_relevance
+from medreco.training.stage1 import Stage1Trainer, ranking_relevance, report_agreement, study_relevance
 from medreco.training.stage2 import homogeneous_order
 from toy_training import stage1_config
 
@@ -79,3 +79,19 @@ def test_studies_silent_on_an_entity_are_unknown_not_negatives():
     assert ranking_relevance(rows, ["r1", "n1", "s1"], data.relevance_table("train"), patient_of).tolist() == [
         [1, 0, -1]  # the mined triplet's own negative stays authoritative
     ]
+
+
+def test_study_relevance_is_whole_report_agreement_by_hand():
+    """The trained holistic baseline's labels: the share of the anchor's judged entities on which the
+    candidate's report agrees; >= 2/3 relevant, <= 1/3 irrelevant, in between unknown."""
+    lookup = {  # (anchor, entity) -> (judged, relevant)
+        ("q", "effusion"): ({"a", "b", "c"}, {"a", "b"}),
+        ("q", "nodule"): ({"a", "b", "c", "d"}, {"a", "d"}),
+        ("q", "edema"): ({"a", "c"}, {"a"}),
+    }
+    agreement = report_agreement(lookup)
+    assert agreement == {"q": {"a": 1.0, "b": 0.5, "c": 0.0, "d": 1.0}}
+    rows = [{"anchor": "q", "positive": "a", "negative": "c", "entity_id": "effusion"}]
+    patient_of = {"q": "P1", "a": "P2", "b": "P3", "c": "P4", "d": "P1", "e": "P5"}
+    # b: 1 of 2 (unknown); d: the anchor's own patient (left out); e: never judged (unknown)
+    assert study_relevance(rows, ["a", "b", "c", "d", "e"], agreement, patient_of).tolist() == [[1, -1, 0, -1, -1]]

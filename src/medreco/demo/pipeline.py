@@ -261,9 +261,9 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     model = AutoModelForImageTextToText.from_pretrained(vlm_folder).eval()
     processor = AutoProcessor.from_pretrained(vlm_folder)
     closed_rows = sample_rows(data.rows("vqa", "test"), config.closed_questions, config.seed)
-    closed = evaluate_closed_vqa(
-        model, processor, closed_rows, data.rows("vqa", "train"), data.studies, config.progress
-    )
+    # the baselines learn from the training split as it was before the language-prior filter
+    baseline_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
+    closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, data.studies, config.progress)
     follow_up = longitudinal_questions(data.rows("longitudinal", "test"), Ontology.load(), config.seed)
     longitudinal = evaluate_longitudinal(model, processor, follow_up, data.studies, config.progress)
     open_rows = sample_rows(
@@ -275,6 +275,7 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     )
     return {
         "retrieval": retrieval["summary"],
+        "retrieval_by_entity": retrieval["by_entity"],
         "vqa": {
             "closed": closed,
             "open_ended": open_ended["scores"],

@@ -132,6 +132,19 @@ def markdown_report(metrics: dict) -> str:
     if clustered:
         lines += ["", _clustered_sentence("Recall@1, entity vs holistic, all queries", clustered)]
     lines += ["", "![Recall@k](figures/recall_bars.png)", ""]
+    by_entity = metrics.get("retrieval_by_entity")
+    if by_entity:
+        systems = [s for s in SYSTEMS if s in next(iter(by_entity.values()))]
+        lines += [
+            "Recall@1 (%) per entity:",
+            "",
+            "| modality | level | entity | queries | " + " | ".join(systems) + " |",
+            "|---|---|---|---|" + "---|" * len(systems),
+        ]
+        for entity, entry in by_entity.items():
+            scores = " | ".join(_percent(entry[s]) for s in systems)
+            lines.append(f"| {entry['modality']} | {entry['level']} | {entity} | {entry['queries']} | {scores} |")
+        lines.append("")
     montage = metrics.get("montage")
     if montage:
         marks = ", ".join(
@@ -156,7 +169,9 @@ def markdown_report(metrics: dict) -> str:
         "answer": "MedReCo-VLM (images + question; answer likelihood)",
     }
     systems = [(scorings.get(name, name), entry) for name, entry in closed["by_scoring"].items()]
-    for label, entry in [*systems, ("text-only baseline (question only)", closed["text_only"])]:
+    names = {"text_only": "text-only baseline (question only)", "majority": "majority answer (most often right option)"}
+    baselines = closed.get("baselines") or {"text_only": closed["text_only"]}
+    for label, entry in [*systems, *((names.get(name, name), entry) for name, entry in baselines.items())]:
         lines.append(
             f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
             f"| {entry['questions']} |"
@@ -169,12 +184,20 @@ def markdown_report(metrics: dict) -> str:
         f"Accuracy by question dimension uses the {closed['scoring']} scoring.",
         "",
     ]
-    if closed.get("clustered"):
-        label = f"VLM ({closed['scoring']}) vs text-only, clustered by the patient of Case A / the prior"
-        lines += [_clustered_sentence(label, closed["clustered"]), ""]
-    lines += ["| question dimension | VLM accuracy % | questions |", "|---|---|---|"]
-    for name, entry in closed["by_dimension"].items():
-        lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+    for name, entry in baselines.items():
+        test = entry.get("clustered") or (closed.get("clustered") if name == "text_only" else None)
+        if test:
+            label = (
+                f"VLM ({closed['scoring']}) vs {names.get(name, name)}, clustered by the patient of Case A / the prior"
+            )
+            lines += [_clustered_sentence(label, test), ""]
+    for key, title in (("by_dimension", "question dimension"), ("by_entity", "entity")):
+        if not closed.get(key):
+            continue
+        lines += [f"| {title} | VLM accuracy % | questions |", "|---|---|---|"]
+        for name, entry in closed[key].items():
+            lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+        lines.append("")
     scores = metrics["vqa"]["open_ended"]
     lines += [
         "",

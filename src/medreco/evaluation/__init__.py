@@ -7,6 +7,7 @@ from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f
 from .vqa import (
     CLOSED_SCORING,
     accuracy_summary,
+    baseline_hits,
     choose_option,
     choose_options,
     closed_accuracy,
@@ -32,6 +33,7 @@ __all__ = [
     "choose_options",
     "clinical_facts",
     "closed_accuracy",
+    "baseline_hits",
     "closed_predictions",
     "entity_f1",
     "entity_level",

@@ -177,7 +177,32 @@ def evaluate_retrieval(
             }
         )
     patients = {r["query"]: data.studies[r["query"]].patient_id for r in results}
-    return {"queries": results, "summary": summarize_retrieval(results, patients)}
+    return {
+        "queries": results,
+        "summary": summarize_retrieval(results, patients),
+        "by_entity": retrieval_by_entity(results),
+    }
+
+
+def retrieval_by_entity(results: list[dict]) -> dict[str, dict]:
+    """Per entity (sorted by modality, level and id): its queries and each system's Recall@1."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for result in results:
+        groups[result["entity_id"]].append(result)
+    table = {}
+    for entity, members in sorted(
+        groups.items(), key=lambda item: (item[1][0]["modality"], item[1][0]["level"], item[0])
+    ):
+        table[entity] = {
+            "modality": members[0]["modality"],
+            "level": members[0]["level"],
+            "queries": len(members),
+            **{
+                system: float(np.mean([m["systems"][system]["recall@1"] for m in members]))
+                for system in members[0]["systems"]
+            },
+        }
+    return table
 
 
 def _rank(gallery: list[str], scores: torch.Tensor) -> list[str]:
@@ -242,4 +267,4 @@ def summarize_retrieval(results: list[dict], patients: dict[str, str] | None = N
     return summary
 
 
-__all__ = ["KS", "chance_recall", "entity_level", "evaluate_retrieval", "summarize_retrieval"]
+__all__ = ["KS", "chance_recall", "entity_level", "evaluate_retrieval", "retrieval_by_entity", "summarize_retrieval"]

@@ -25,7 +25,14 @@ from types import SimpleNamespace
 import torch
 from tqdm.auto import tqdm
 
-from ..data.mining.vqa import CHANGE_OPTIONS, LETTERS, TextOnlyAnswerer, closed_answer, closed_prompt
+from ..data.mining.vqa import (
+    CHANGE_OPTIONS,
+    LETTERS,
+    MajorityAnswerer,
+    TextOnlyAnswerer,
+    closed_answer,
+    closed_prompt,
+)
 from ..data.reports.decomposition import QuestionEntityFinder
 from ..processing import conversation
 from .metrics import bleu, clustered_paired_test, mcnemar_test, meteor, rouge_l, wilson_interval
@@ -157,11 +164,21 @@ def closed_accuracy(
     }
 
 
-def text_only_baseline(train_rows: Sequence[dict], rows: Sequence[dict]) -> list[bool]:
-    """Whether the text-only answerer (question wording and options only, fitted on `train_rows`)
-    gets each of `rows` right: the language prior the VLM must beat."""
-    answerer = TextOnlyAnswerer().fit([SimpleNamespace(**row) for row in train_rows])
+BASELINES = {"text_only": TextOnlyAnswerer, "majority": MajorityAnswerer}
+
+
+def baseline_hits(name: str, train_rows: Sequence[dict], rows: Sequence[dict]) -> list[bool]:
+    """Whether a baseline fitted on `train_rows` gets each of `rows` right: `text_only` (question
+    wording and options, the language prior the VLM must beat) or `majority` (the most often right
+    option wording). Fit them on the training split as it was before the language-prior filter
+    (mined `vqa` + `vqa_removed` rows), never on the questions the filter left."""
+    answerer = BASELINES[name]().fit([SimpleNamespace(**row) for row in train_rows])
     return [answerer.predict(row["question"], row["options"]) == row["answer"] for row in rows]
+
+
+def text_only_baseline(train_rows: Sequence[dict], rows: Sequence[dict]) -> list[bool]:
+    """`baseline_hits("text_only", ...)`."""
+    return baseline_hits("text_only", train_rows, rows)
 
 
 def accuracy_summary(hits: Sequence[bool]) -> dict:
@@ -180,34 +197,52 @@ def evaluate_closed_vqa(
     scorings: Sequence[str] = CLOSED_SCORING,
 ) -> dict:
     """The VLM's closed-ended accuracy under each of `scorings` (the first is the headline `vlm`,
-    also split by question dimension), the text-only baseline's on the same questions, the exact
-    McNemar test between the VLM and the baseline, and, when the studies know their patients, the
-    patient-clustered comparison (`clustered`: difference, cluster-bootstrap interval, sign-flip
-    p-value; a question is clustered by the patient of its first study, Case A or the prior)."""
-    text = text_only_baseline(train_rows, rows)
+    also split by question dimension and by entity) against the baselines fitted on `train_rows`
+    (`baselines`: text-only and majority answer, each with the exact McNemar test and, when the
+    studies know their patients, the patient-clustered comparison: difference, cluster-bootstrap
+    interval, sign-flip p-value; a question is clustered by the patient of its first study, Case A
+    or the prior). `text_only`, `mcnemar` and `clustered` repeat the text-only comparison."""
     predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
         for scoring, letters in predicted.items()
     }
-    headline = hits[scorings[0]]
-    by_dimension = defaultdict(list)
-    for row, hit in zip(rows, headline, strict=True):
-        by_dimension[row.get("dimension", "all")].append(hit)
-    patients = [getattr(studies.get(row["study_a"]), "patient_id", None) for row in rows]
-    clustered = {} if None in patients else {"clustered": clustered_paired_test(headline, text, patients)}
+    text = baseline_hits("text_only", train_rows, rows)
     return {
+        **closed_vqa_summary(hits[scorings[0]], rows, train_rows, studies),
         "scoring": scorings[0],
-        "vlm": accuracy_summary(headline),
-        "text_only": accuracy_summary(text),
-        "mcnemar": mcnemar_test(headline, text),
-        **clustered,
         "by_scoring": {
             scoring: {**accuracy_summary(scored), "mcnemar": mcnemar_test(scored, text)}
             for scoring, scored in hits.items()
         },
-        "by_dimension": {name: accuracy_summary(dimension) for name, dimension in sorted(by_dimension.items())},
     }
+
+
+def closed_vqa_summary(hits: Sequence[bool], rows: Sequence[dict], train_rows: Sequence[dict], studies: dict) -> dict:
+    """A system's closed-VQA hits on `rows` summarised: accuracy by dimension and entity, and the
+    comparison with each baseline (see `evaluate_closed_vqa`)."""
+    patients = [getattr(studies.get(row["study_a"]), "patient_id", None) for row in rows]
+    baselines = {}
+    for name in BASELINES:
+        baseline = baseline_hits(name, train_rows, rows)
+        baselines[name] = {**accuracy_summary(baseline), "mcnemar": mcnemar_test(hits, baseline)}
+        if None not in patients:
+            baselines[name]["clustered"] = clustered_paired_test(hits, baseline, patients)
+    by = {"dimension": defaultdict(list), "entity": defaultdict(list)}
+    for row, hit in zip(rows, hits, strict=True):
+        by["dimension"][row.get("dimension", "all")].append(hit)
+        by["entity"][row.get("entity_id", "unknown")].append(hit)
+    text_only = baselines["text_only"]
+    summary = {
+        "vlm": accuracy_summary(hits),
+        "baselines": baselines,
+        "text_only": {k: v for k, v in text_only.items() if k not in ("mcnemar", "clustered")},
+        "mcnemar": text_only["mcnemar"],
+        **({"clustered": text_only["clustered"]} if "clustered" in text_only else {}),
+    }
+    for name, groups in by.items():
+        summary[f"by_{name}"] = {key: accuracy_summary(group) for key, group in sorted(groups.items())}
+    return summary
 
 
 def evaluate_longitudinal(
@@ -297,6 +332,7 @@ def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[
 
 
 __all__ = [
+    "BASELINES",
     "CLOSED_SCORING",
     "accuracy_summary",
     "confusion_table",
@@ -304,6 +340,8 @@ __all__ = [
     "choose_options",
     "closed_accuracy",
     "closed_predictions",
+    "closed_vqa_summary",
+    "baseline_hits",
     "evaluate_closed_vqa",
     "evaluate_longitudinal",
     "evaluate_open_ended",

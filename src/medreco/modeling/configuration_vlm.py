@@ -42,7 +42,10 @@ class MedReCoVLMConfig(PreTrainedConfig):
     This is the reranker's input (paper, Eq. 7-11) given to the language model; the paper's VLM
     reads the visual tokens only. A language model trained from scratch learns which of the visual
     tokens answer a question about a named finding slowly; with the finding's own feature it does not
-    have to."""
+    have to.
+
+    `blind_images` replaces every image by a blank before the vision tower: the blind baseline of the
+    ablations (same architecture, tokens and training; no visual information reaches the model)."""
 
     model_type = "medreco_vlm"
     sub_configs_defaults = {
@@ -58,6 +61,7 @@ class MedReCoVLMConfig(PreTrainedConfig):
     projector_hidden_act: str = "gelu"
     freeze_vision_tower: bool = True  # the conditioner and the entity table too, with entity_tokens
     entity_tokens: bool = False
+    blind_images: bool = False
     entity_vocabulary: list[str] | None = None
     conditioner_token_source: Literal["pooled", "depth"] = "pooled"
     tie_word_embeddings: bool = False

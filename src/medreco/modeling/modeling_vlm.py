@@ -105,7 +105,10 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
     ) -> torch.Tensor:
         """Projected visual tokens, `(num_images, tokens_per_image, text_hidden)`; with entity tokens
         the last token of each image is its entity token (`entity_ids`: one row of the entity table
-        per image, -1 or None for the whole-image feature)."""
+        per image, -1 or None for the whole-image feature). A blind model (`config.blind_images`) sees
+        blank images."""
+        if self.config.blind_images:
+            pixel_values = torch.zeros_like(pixel_values)
         vision_output = self.vision_tower(pixel_values, modality_ids)
         features = self.multi_modal_projector(vision_output.last_hidden_state)
         if not self.config.entity_tokens:

@@ -95,6 +95,10 @@ class Stage1Config:
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)
     ranking_loss: Literal["triplet", "smooth_ap", "contrastive"] = "triplet"
+    # What the ranking phase ranks: `entity` (the method: each triplet's entity conditions anchor and
+    # candidates), or `study`, the trained holistic baseline: the same triplets' images ranked by their
+    # whole-image features, relevance from whole-report agreement (`report_agreement`)
+    ranking_target: Literal["entity", "study"] = "entity"
     triplet_margin: float = 0.2
     entity_batches: bool = False  # ranking batches of one entity (and modality) rather than mixed entities
     max_report_tokens: int = 256
@@ -146,6 +150,9 @@ class Stage2Config:
     # each image also gets the stage-1 conditioner's feature for the question's entity (needs
     # vision_model; see MedReCoVLMConfig.entity_tokens). Off in the paper.
     entity_tokens: bool = False
+    # the blind baseline: every image replaced by a blank, in training and in every later use of the
+    # model (MedReCoVLMConfig.blind_images)
+    blind_images: bool = False
     include_open_ended: bool = True
     include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
     lora: LoraSettings = field(default_factory=LoraSettings)

@@ -8,6 +8,9 @@ the retrieval table of the training split says which of those pairs are relevant
 The text encoder is fine-tuned in both phases, as in the paper, unless `freeze_text_encoder`
 (then each report is encoded once and alignment steps cost the vision side only).
 
+`ranking_target: study` trains the holistic baseline instead: the same triplets' images ranked by
+whole-image features, relevance from whole-report agreement (same architecture, data and steps).
+
 Output: `output_dir/final/` holds the model, its tokenizer and image processor (`from_pretrained`
 loads each), `training_config.json` and `summary.json`."""
 
@@ -70,6 +73,41 @@ def ranking_relevance(
             elif candidate in judged:
                 relevance[i, j] = 0
         relevance[i, i], relevance[i, size + i] = 1, 0  # the mined triplet itself is authoritative
+    return relevance
+
+
+# Whole-report agreement of a candidate with an anchor: the share of the anchor's judged entities on
+# which their reports agree. At least this much: relevant; at most STUDY_IRRELEVANT: irrelevant; in
+# between: unknown (left out of the loss). Set before any run, never tuned.
+STUDY_RELEVANT, STUDY_IRRELEVANT = 2 / 3, 1 / 3
+
+
+def report_agreement(lookup: dict) -> dict[str, dict[str, float]]:
+    """anchor -> candidate -> the share of the anchor's entities (those the mining judged the candidate
+    on) on which the two reports agree: study-level relevance from the entity-level table."""
+    judged_count: dict[str, dict[str, int]] = {}
+    agreed: dict[str, dict[str, int]] = {}
+    for (anchor, _), (judged, relevant) in lookup.items():
+        counts, agreements = judged_count.setdefault(anchor, {}), agreed.setdefault(anchor, {})
+        for candidate in judged:
+            counts[candidate] = counts.get(candidate, 0) + 1
+            agreements[candidate] = agreements.get(candidate, 0) + (candidate in relevant)
+    return {a: {c: agreed[a][c] / n for c, n in counts.items()} for a, counts in judged_count.items()}
+
+
+def study_relevance(
+    rows: list[dict], candidates: list[str], agreement: dict[str, dict[str, float]], patient_of: dict[str, str]
+) -> torch.Tensor:
+    """(A, C) relevance of every candidate to every anchor at the study level (1 relevant, 0 irrelevant,
+    -1 unknown), from whole-report agreement: the trained holistic baseline's labels."""
+    relevance = torch.full((len(rows), len(candidates)), -1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        shares = agreement.get(row["anchor"], {})
+        for j, candidate in enumerate(candidates):
+            share = shares.get(candidate)
+            if share is None or patient_of[candidate] == patient_of[row["anchor"]]:
+                continue
+            relevance[i, j] = 1 if share >= STUDY_RELEVANT else 0 if share <= STUDY_IRRELEVANT else -1
     return relevance
 
 
@@ -245,15 +283,20 @@ class Stage1Trainer:
         lookup = self.data.relevance_table("train")
         patient_of = {s: study.patient_id for s, study in self.data.studies.items()}
         optimization = self.config.ranking
+        holistic = self.config.ranking_target == "study"
+        agreement = report_agreement(lookup) if holistic else None
         pooled = None
-        if self.config.freeze_text_encoder:  # a few dozen entity prompts, encoded once
+        if self.config.freeze_text_encoder and not holistic:  # a few dozen entity prompts, encoded once
             pooled = self.texts.pooled({e: self.prompts[e] for e in sorted({r["entity_id"] for r in rows})}, "entities")
 
         def collate(batch_rows: list[dict]) -> dict:
             candidates = [r["positive"] for r in batch_rows] + [r["negative"] for r in batch_rows]
             anchors, modality_ids = self.store.batch([r["anchor"] for r in batch_rows])
             candidate_pixels, candidate_modalities = self.store.batch(candidates)
-            if pooled is not None:
+            if holistic:
+                entity = {}
+                relevance = study_relevance(batch_rows, candidates, agreement, patient_of)
+            elif pooled is not None:
                 entity = {"entity_features": torch.stack([pooled[r["entity_id"]] for r in batch_rows])}
             else:
                 tokens = self.tokenizer(
@@ -266,7 +309,7 @@ class Stage1Trainer:
                 **entity,
                 "candidate_pixel_values": candidate_pixels,
                 "candidate_modality_ids": candidate_modalities,
-                "relevance": ranking_relevance(batch_rows, candidates, lookup, patient_of),
+                "relevance": relevance if holistic else ranking_relevance(batch_rows, candidates, lookup, patient_of),
             }
 
         size_rule = batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d)
@@ -329,4 +372,12 @@ def train_stage1(config: Stage1Config, stop_after: int | None = None) -> dict:
     return Stage1Trainer(config).train(stop_after=stop_after)
 
 
-__all__ = ["Stage1Texts", "Stage1Trainer", "build_image_processor", "build_retrieval_model", "train_stage1"]
+__all__ = [
+    "Stage1Texts",
+    "Stage1Trainer",
+    "build_image_processor",
+    "build_retrieval_model",
+    "report_agreement",
+    "study_relevance",
+    "train_stage1",
+]

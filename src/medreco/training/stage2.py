@@ -152,6 +152,8 @@ def build_vlm(
             recipes=config.data.recipes, tensor_cache_dir=config.data.tensor_cache_dir
         )
     fields = dict(config.model.overrides)
+    if config.blind_images:
+        fields["blind_images"] = True
     if vision_model is not None:
         fields["vision_config"] = vision_model.config.vision_config.to_dict()
     entity_table = None

@@ -1,7 +1,8 @@
 """The mined tables, read back: what `medreco mine` (`pipeline.py`) writes, as plain Python rows.
 
 Tables: `studies` (one row per study: image, patient, modality, split, report, entity statements),
-`triplets`, `retrieval` (relevance judgements per query and entity), `longitudinal` and `vqa`."""
+`triplets`, `retrieval` (relevance judgements per query and entity), `longitudinal`, `vqa` and
+`vqa_removed` (training questions the language-prior filter removed)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from ...errors import TrainingDataError
 
-MINED_TABLES = ("studies", "triplets", "retrieval", "longitudinal", "vqa")
+MINED_TABLES = ("studies", "triplets", "retrieval", "longitudinal", "vqa", "vqa_removed")
 
 
 @dataclass
@@ -45,7 +46,9 @@ class MinedData:
         self._tables: dict[str, list[dict]] = {}
         for name in MINED_TABLES:
             path = self.directory / name
-            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if path.is_dir() else []
+            # a table with no rows is an empty folder (`datasets` cannot save a dataset without rows)
+            written = path.is_dir() and any(path.iterdir())
+            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if written else []
         keep = set(modalities) if modalities else None
         self.studies: dict[str, Study] = {}
         for row in self._tables["studies"]:
@@ -76,6 +79,7 @@ class MinedData:
     def rows(self, table: str, split: str | None = None) -> list[dict]:
         """Rows of a table whose studies are all known (and of `split` when given)."""
         keys = {"triplets": ("anchor", "positive", "negative"), "retrieval": ("query",), "vqa": ("study_a", "study_b")}
+        keys["vqa_removed"] = keys["vqa"]
         keys.update(longitudinal=("prior", "current"), studies=("study_id",))
         return [
             row

@@ -18,6 +18,8 @@ listed in `MiningConfig.external_sources` form the "external" split: never train
     longitudinal/  prior, current, patient_id, entity_id, label, attribute, split
     vqa/           study_a, study_b, entity_id, dimension, question, options, answer, open_question,
                    open_answer, labels, split
+    vqa_removed/   the training questions the language-prior filter removed (same columns), kept to fit
+                   text-only baselines on the training split as it was before the filter
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class MiningConfig:
     negative_threshold: float | dict[str, float] = 0.3
     triplets_per_anchor: int = 2
     vqa_pairs_per_group: int = 2000
+    # Splits whose questions the language-prior filter judges (the paper filters every question). Only
+    # the training split by default: filtering the test split with a text-only model would make every
+    # text-only baseline lose by construction.
+    language_prior_splits: tuple[str, ...] = ("train",)
     levels: tuple[str, ...] = ("abnormal", "disease")
     external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
     workers: int = 1
@@ -212,14 +218,8 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         "triplets": [t.to_dict() for t in triplets],
         "retrieval": [vars(q) for q in retrieval],
         "longitudinal": longitudinal,
-        "vqa": [
-            {
-                **{k: v for k, v in s.to_dict().items() if k != "meta"},
-                "labels": list(s.labels),
-                "split": studies[s.study_a].split,
-            }
-            for s in vqa
-        ],
+        "vqa": vqa_rows(vqa, studies),
+        "vqa_removed": vqa_rows(report.removed_by_language_prior, studies),
     }
     for name, table in tables.items():
         _save_atomically(datasets.Dataset.from_list(table) if table else None, out / name)
@@ -229,9 +229,22 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         vqa_generated=report.generated,
         vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
         vqa_filters=report.removed(),  # every filter's removals (the bias filter reorders, removes none)
+        vqa_language_prior_splits=list(config.language_prior_splits),
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def vqa_rows(samples, studies: dict[str, StudyInfo]) -> list[dict]:
+    """VQA samples as rows of the mined `vqa` (or `vqa_removed`) table."""
+    return [
+        {
+            **{k: v for k, v in s.to_dict().items() if k != "meta"},
+            "labels": list(s.labels),
+            "split": studies[s.study_a].split,
+        }
+        for s in samples
+    ]
 
 
 def image_path_beside(image: str | Path, mined_dir: Path) -> str:
@@ -328,7 +341,8 @@ def comparative_vqa(
     samples = vqa_over_pairs(
         pairs, statements, lambda study: family_entities[ontology.family_of(studies[study].modality)], config.seed
     )
-    return filter_vqa(samples, statements, entity_map, config.seed)
+    splits = set(config.language_prior_splits)
+    return filter_vqa(samples, statements, entity_map, config.seed, lambda s: studies[s.study_a].split in splits)
 
 
 def _save_atomically(dataset, target: Path) -> None:

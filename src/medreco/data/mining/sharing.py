@@ -48,6 +48,7 @@ SHARED_COLUMNS = {
         "split",
     ),
 }
+SHARED_COLUMNS["vqa_removed"] = SHARED_COLUMNS["vqa"]
 STUDY_COLUMNS = {"study_id", "anchor", "positive", "negative", "query", "gallery", "relevant", "irrelevant"}
 STUDY_COLUMNS |= {"prior", "current", "study_a", "study_b"}
 
@@ -78,7 +79,7 @@ def shareable_tables(mined_dir: str | Path, include_reports: bool = False) -> Sh
     raw = {
         name: datasets.load_from_disk(str(mined_dir / name)).to_list()
         for name in MINED_TABLES
-        if (mined_dir / name).is_dir()
+        if (mined_dir / name).is_dir() and any((mined_dir / name).iterdir())  # empty folder: no rows
     }
     key = secrets.token_bytes(32)  # never stored: the numbering cannot be recomputed from the originals
     patients = _pseudonyms(

@@ -18,7 +18,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -490,6 +490,23 @@ class TextOnlyAnswerer:
         return LETTERS[int(np.argmax(scores))]
 
 
+class MajorityAnswerer:
+    """The majority-answer baseline: the option whose wording was most often the right answer in the
+    training questions, whatever the question (ties: the first such option)."""
+
+    def __init__(self):
+        self.right: Counter = Counter()
+
+    def fit(self, samples: list[VQASample]) -> MajorityAnswerer:
+        for sample in samples:
+            self.right[sample.options[LETTERS.index(sample.answer)].lower()] += 1
+        return self
+
+    def predict(self, question: str, options: list[str]) -> str:
+        counts = [self.right[o.lower()] for o in options]
+        return LETTERS[counts.index(max(counts))]
+
+
 def language_prior_filter(
     samples: list[VQASample], seed: int = 0, attempts: int = 4, max_correct: int = 2
 ) -> tuple[list[VQASample], list[VQASample]]:
@@ -517,21 +534,32 @@ class VQAFilterReport:
     after_image_dependency: int
     after_duplicates: int
     after_language_prior: int
+    # the language-prior filter runs on these questions only (`prior_filtered`); the rest pass it
+    reached_language_prior: int | None = None
+    # the questions it removed, kept apart: a text-only baseline is fitted on the training split as it
+    # was before the filter, never on what the filter left (that would weaken it by construction)
+    removed_by_language_prior: list[VQASample] = field(default_factory=list, repr=False)
 
     @property
     def language_prior_removed_share(self) -> float:
-        return 1 - self.after_language_prior / self.after_duplicates if self.after_duplicates else 0.0
+        reached = self.after_duplicates if self.reached_language_prior is None else self.reached_language_prior
+        return (self.after_duplicates - self.after_language_prior) / reached if reached else 0.0
 
     def removed(self) -> dict[str, dict[str, float]]:
         """What each filter removed: its count and its share of the questions that reached it."""
+        prior_reached = self.after_duplicates if self.reached_language_prior is None else self.reached_language_prior
         steps = (
-            ("image_dependency", self.generated, self.after_image_dependency),
-            ("duplicates", self.after_image_dependency, self.after_duplicates),
-            ("language_prior", self.after_duplicates, self.after_language_prior),
+            ("image_dependency", self.generated, self.after_image_dependency, self.generated),
+            ("duplicates", self.after_image_dependency, self.after_duplicates, self.after_image_dependency),
+            ("language_prior", self.after_duplicates, self.after_language_prior, prior_reached),
         )
         return {
-            name: {"removed": before - after, "share": round((before - after) / before, 4) if before else 0.0}
-            for name, before, after in steps
+            name: {
+                "removed": before - after,
+                "share": round((before - after) / reached, 4) if reached else 0.0,
+                "reached": reached,
+            }
+            for name, before, after, reached in steps
         }
 
 
@@ -540,8 +568,14 @@ def filter_vqa(
     statements: dict[str, dict[str, EntityStatement]],
     entities: dict[str, Entity],
     seed: int = 0,
+    prior_filtered: Callable[[VQASample], bool] | None = None,
 ) -> tuple[list[VQASample], VQAFilterReport]:
-    """All filters of Table S4 in order; `statements[study][entity_id]` gives the texts compared."""
+    """All filters of Table S4 in order; `statements[study][entity_id]` gives the texts compared.
+
+    `prior_filtered` says which questions the language-prior filter judges (default: all, as in the
+    paper). Mining passes the training split's: a test question deleted because a text-only model
+    answers it would make every text-only baseline lose by construction, and the test questions would
+    shape the filter that chooses the training questions."""
     dependent = [
         s
         for s in samples
@@ -553,10 +587,15 @@ def filter_vqa(
         )
     ]
     unique = deduplicate(dependent)
-    kept, _ = language_prior_filter(unique, seed)
+    judged = [s for s in unique if prior_filtered is None or prior_filtered(s)]
+    kept, removed = language_prior_filter(judged, seed)
+    survivors = {id(s) for s in kept}
+    kept = [s for s in unique if id(s) in survivors or not (prior_filtered is None or prior_filtered(s))]
     rng = np.random.default_rng(seed)
     final = [shuffle_and_swap(s, rng) for s in kept]
-    return final, VQAFilterReport(len(samples), len(dependent), len(unique), len(kept))
+    swapped_removed = [shuffle_and_swap(s, rng) for s in removed]
+    report = VQAFilterReport(len(samples), len(dependent), len(unique), len(kept), len(judged), swapped_removed)
+    return final, report
 
 
 # ------------------------------------------------------------ questions written by an LLM (prompts S4-S6)
@@ -647,6 +686,7 @@ __all__ = [
     "needs_two_images",
     "CHANGE_OPTIONS",
     "LETTERS",
+    "MajorityAnswerer",
     "TextOnlyAnswerer",
     "VQAFilterReport",
     "VQASample",
