@@ -238,6 +238,12 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         default="abnormal,disease",
         help="entity levels to mine: anatomy, abnormal, disease (comma-separated)",
     )
+    parser.add_argument(
+        "--language-prior-splits",
+        default="train",
+        help="splits whose VQA questions the language-prior filter judges (comma-separated; the paper: "
+        "train,validation,test); the training questions it removes go to vqa_removed",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true")
 
@@ -253,6 +259,7 @@ def _mine(args: argparse.Namespace) -> int:
         positive_threshold=_thresholds(args.positive_threshold),
         negative_threshold=_thresholds(args.negative_threshold),
         levels=_names(args.levels),
+        language_prior_splits=_names(args.language_prior_splits),
         seed=args.seed,
     )
     print(json.dumps(mine(args.manifest, args.out, config, progress=not args.quiet), indent=2))

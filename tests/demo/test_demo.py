@@ -128,6 +128,8 @@ def test_ablate_retrains_each_switch_and_reports_every_run_against_the_demo(demo
     ablation retrains its stage with one switch and the same steps, and every row is scored on the
     demo's queries and questions with clustered intervals; a second call trains nothing."""
     args = ["ablate", "--quick", "--out", str(demo), "--only", "holistic-trained,blind", "--quiet"]
+    assert main(args[:1] + args[2:]) == 2  # the default sizes on a quick demo's folder: refused
+    assert "quick = True" in capsys.readouterr().err
     assert main(args) == 0
     root = demo / "ablations"
     result = json.loads((root / "ablation.json").read_text())
@@ -181,6 +183,12 @@ def test_ablate_retrains_each_switch_and_reports_every_run_against_the_demo(demo
     assert json.loads((root / "ablation.json").read_text())["seeds"] == result["seeds"]
 
 
+def test_ablate_refuses_an_unknown_switch_in_one_line(tmp_path, capsys):
+    assert main(["ablate", "--out", str(tmp_path), "--only", "holistic-trained,no-such-thing"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "no-such-thing" in error and "\n" not in error and not list(tmp_path.iterdir())
+
+
 def test_markdown_and_html_reports_render_tables():
     entry = {
         "queries": 4,
@@ -222,6 +230,28 @@ def test_markdown_and_html_reports_render_tables():
     page = html_report(markdown)
     assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
     assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped
+    # every baseline with its clustered comparison; per-entity tables for retrieval and VQA
+    closed = metrics["vqa"]["closed"]
+    closed["baselines"] = {
+        "text_only": {**rate, "clustered": clustered},
+        "majority": {**rate, "accuracy": 0.25, "clustered": {**clustered, "difference": 0.25}},
+    }
+    closed["by_entity"] = {"cxr/abnormal/pleural-effusion": rate}
+    metrics["retrieval_by_entity"] = {
+        "cxr/anatomy/pleura": {
+            "modality": "chest_xray",
+            "level": "anatomy",
+            "queries": 4,
+            **dict.fromkeys(SYSTEMS, 0.5),
+        }
+    }
+    markdown = markdown_report(metrics)
+    assert "| majority answer (most often right option) | 25.0 [10.0-90.0] | 2 |" in markdown
+    assert (
+        "vs majority answer (most often right option), clustered" in markdown and "difference +25.0 points" in markdown
+    )
+    assert "| chest_xray | anatomy | cxr/anatomy/pleura | 4 | 50.0 | 50.0 | 50.0 |" in markdown
+    assert "| cxr/abnormal/pleural-effusion | 50.0 | 2 |" in markdown
 
 
 def test_entity_beats_holistic_on_the_default_cohort(tmp_path):

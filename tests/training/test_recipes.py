@@ -68,3 +68,23 @@ def test_the_demo_recipe_is_the_tiny_recipe_with_the_demos_changes():
     settings = read_recipe("demo")["demo"]
     assert settings["mining"]["metrics"] == ["agreement"] and sum(settings["mining"]["split_fractions"].values()) == 1
     assert set(settings["sizes"]) == {"full", "quick"} and settings["sizes"]["full"]["patients"] == 400
+
+
+def test_every_ablation_switch_reaches_the_model_it_builds():
+    """The overrides of `medreco ablate` (one per ablation) land where they act: the MoE switch in the
+    built vision encoder, beside the demo's other vision settings; the others in the stage configs."""
+    from medreco.demo.ablation import ABLATIONS
+    from medreco.training.stage1 import build_retrieval_model
+
+    demo = load_recipe("demo", "stage1")
+    changed = {a.name: load_recipe("demo", a.stage, list(a.overrides)) for a in ABLATIONS}
+    model, _ = build_retrieval_model(changed["shared-mlp"].model, demo.text_encoder)
+    reference, _ = build_retrieval_model(demo.model, demo.text_encoder)
+    assert model.config.vision_config.moe is False and reference.config.vision_config.moe is True
+    assert model.config.vision_config.hidden_size == reference.config.vision_config.hidden_size
+    assert changed["holistic-trained"].ranking_target == "study" and demo.ranking_target == "entity"
+    assert changed["no-statement-alignment"].statement_alignment_weight == 0 < demo.statement_alignment_weight
+    assert changed["triplet"].ranking_loss == "triplet" != demo.ranking_loss
+    stage2 = load_recipe("demo", "stage2")
+    assert changed["blind"].blind_images and not stage2.blind_images
+    assert stage2.entity_tokens and not changed["no-entity-tokens"].entity_tokens

@@ -82,14 +82,15 @@ def test_studies_silent_on_an_entity_are_unknown_not_negatives():
 
 
 def test_study_relevance_is_whole_report_agreement_by_hand():
-    """The trained holistic baseline's labels: the share of the anchor's judged entities on which the
-    candidate's report agrees; >= 2/3 relevant, <= 1/3 irrelevant, in between unknown."""
+    """The trained holistic baseline's labels: the share of the anchor's judged entities (at least two)
+    on which the candidate's report agrees; >= 2/3 relevant, <= 1/3 irrelevant, in between unknown."""
     lookup = {  # (anchor, entity) -> (judged, relevant)
-        ("q", "effusion"): ({"a", "b", "c"}, {"a", "b"}),
-        ("q", "nodule"): ({"a", "b", "c", "d"}, {"a", "d"}),
+        ("q", "effusion"): ({"a", "b", "c", "d"}, {"a", "b", "d"}),
+        ("q", "nodule"): ({"a", "b", "c", "d", "f"}, {"a", "d", "f"}),
         ("q", "edema"): ({"a", "c"}, {"a"}),
     }
     agreement = report_agreement(lookup)
+    # f agrees on its one judged entity: too little evidence about the whole report (unknown)
     assert agreement == {"q": {"a": 1.0, "b": 0.5, "c": 0.0, "d": 1.0}}
     rows = [{"anchor": "q", "positive": "a", "negative": "c", "entity_id": "effusion"}]
     patient_of = {"q": "P1", "a": "P2", "b": "P3", "c": "P4", "d": "P1", "e": "P5"}

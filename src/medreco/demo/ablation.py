@@ -109,6 +109,42 @@ class AblationConfig:
         return self.root / f"seed-{seed}" / run
 
 
+SIZES = ("quick", "patients", "alignment_steps", "stage1_steps", "reranker_steps", "stage2_steps", "stage2_batch_size")
+
+
+def check_demo_folder(config: AblationConfig) -> None:
+    """Refuse a demo folder run with other sizes or another seed than the ablations ask for: its
+    models would be compared with ablations trained differently."""
+    metrics = Path(config.demo.out_dir) / "metrics.json"
+    if not metrics.exists():
+        return
+    ran = json.loads(metrics.read_text()).get("run", {}).get("config", {})
+    for key in (*SIZES, "seed", "closed_questions"):
+        if key in ran and ran[key] != getattr(config.demo, key):
+            raise ValueError(
+                f"{config.demo.out_dir}: a demo run with {key} = {ran[key]}, not {getattr(config.demo, key)}; "
+                "ablate with the demo's own settings (--quick, --patients, --seed), or use another --out"
+            )
+
+
+def fingerprint(*folders: Path) -> list[str]:
+    """Size and modification time of each model's weights: a score file of other weights is stale."""
+    stamps = []
+    for folder in folders:
+        weights = folder / "model.safetensors"
+        stat = weights.stat() if weights.exists() else None
+        stamps.append(f"{folder.parent.name}:{stat.st_size}:{stat.st_mtime_ns}" if stat else f"{folder}:missing")
+    return stamps
+
+
+def cached_scores(path: Path, models: list[str]) -> dict | None:
+    """A run's score file, if it was computed from these very models."""
+    if not path.exists():
+        return None
+    scores = json.loads(path.read_text())
+    return scores if scores.get("models") == models else None
+
+
 def train_run(config: AblationConfig, seed: int, run: str, stage: str, clock: Stopwatch) -> Path:
     """Train one stage of one run (skipped when its final model exists); returns its final folder."""
     from ..training import load_recipe, train_stage
@@ -135,13 +171,15 @@ def retrieval_scores(config: AblationConfig, seed: int, run: str, data) -> dict:
     from ..inference import RerankerScorer, RetrievalEncoder
 
     path = config.scores(seed, run) / "retrieval.json"
-    if path.exists():
-        return json.loads(path.read_text())
     models = config.models(seed, run)
+    stamps = fingerprint(models / "stage1" / "final", *([models / "reranker" / "final"] if run == "base" else []))
+    if (cached := cached_scores(path, stamps)) is not None:
+        return cached
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=_cache(config))
     scorer = RerankerScorer.from_pretrained(models / "reranker" / "final") if run == "base" else None
     result = evaluate_retrieval(encoder, data, "test", scorer, rerank_top=10, progress=config.demo.progress)
     scores = {
+        "models": stamps,
         "keys": [f"{q['query']}|{q['entity_id']}" for q in result["queries"]],
         "patients": [data.studies[q["query"]].patient_id for q in result["queries"]],
         "systems": {
@@ -160,11 +198,13 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from ..evaluation import CLOSED_SCORING, baseline_hits, closed_predictions
+    from ..evaluation.vqa import question_cluster
 
     path = config.scores(seed, run) / "vqa.json"
-    if path.exists():
-        return json.loads(path.read_text())
     folder = config.models(seed, run) / "stage2" / "final"
+    stamps = fingerprint(folder)
+    if (cached := cached_scores(path, stamps)) is not None and cached["keys"] == [question_key(r) for r in rows]:
+        return cached
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     processor = AutoProcessor.from_pretrained(folder)
     scoring = CLOSED_SCORING[0]
@@ -174,14 +214,19 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
         train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
         systems.update({name: baseline_hits(name, train_rows, rows) for name in ("text_only", "majority")})
     scores = {
-        "keys": [f"{r['study_a']}|{r['study_b']}|{r['question']}" for r in rows],
-        "patients": [data.studies[r["study_a"]].patient_id for r in rows],
+        "models": stamps,
+        "keys": [question_key(r) for r in rows],
+        "patients": [question_cluster(r, data.studies) for r in rows],
         "scoring": scoring,
         "systems": systems,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(scores))
     return scores
+
+
+def question_key(row: dict) -> str:
+    return f"{row['study_a']}|{row['study_b']}|{row['question']}"
 
 
 def _cache(config: AblationConfig) -> Path:
@@ -215,6 +260,7 @@ def run_ablations(config: AblationConfig) -> dict:
     from ..data.mining import MinedData
     from ..evaluation import sample_rows
 
+    check_demo_folder(config)
     clock = Stopwatch()
     mined = prepare_data(config.demo, clock)
     data = MinedData(mined)

@@ -97,14 +97,29 @@ def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
     if not (cohort / "manifest.jsonl").exists():
         phantom = PhantomConfig(num_patients=config.patients, seed=config.seed, **settings["cohort"])
         clock.run("cohort", lambda: generate_cohort(phantom, cohort, progress=config.progress))
-    if not (mined / "summary.json").exists():
-        mining = MiningConfig(
-            **{key: tuple(value) if isinstance(value, list) else value for key, value in settings["mining"].items()},
-            workers=min(2, os.cpu_count() or 1),
-            seed=config.seed,
-        )
+    mining = MiningConfig(
+        **{key: tuple(value) if isinstance(value, list) else value for key, value in settings["mining"].items()},
+        workers=min(2, os.cpu_count() or 1),
+        seed=config.seed,
+    )
+    if (mined / "summary.json").exists():
+        check_mined_settings(mined, mining)
+    else:
         clock.run("mining", lambda: mine(cohort / "manifest.jsonl", mined, mining, progress=config.progress))
     return mined
+
+
+def check_mined_settings(mined: Path, mining) -> None:
+    """Refuse a mined folder of an earlier demo whose settings differ from this version's (entity
+    levels, the splits the language-prior filter judged): its numbers would not be this protocol's."""
+    summary = json.loads((mined / "summary.json").read_text())
+    found = {"levels": summary.get("levels", list(mining.levels)), "splits": summary.get("vqa_language_prior_splits")}
+    wanted = {"levels": list(mining.levels), "splits": list(mining.language_prior_splits)}
+    if found != wanted:
+        raise ValueError(
+            f"{mined}: mined by an earlier demo with other settings ({found} instead of {wanted}); "
+            "delete that folder (or use another --out) to mine again"
+        )
 
 
 def stage_overrides(config: DemoConfig, stage: str) -> list[str]:

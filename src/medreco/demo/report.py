@@ -187,9 +187,8 @@ def markdown_report(metrics: dict) -> str:
     for name, entry in baselines.items():
         test = entry.get("clustered") or (closed.get("clustered") if name == "text_only" else None)
         if test:
-            label = (
-                f"VLM ({closed['scoring']}) vs {names.get(name, name)}, clustered by the patient of Case A / the prior"
-            )
+            label = f"VLM ({closed['scoring']}) vs {names.get(name, name)}, clustered by patient"
+            label += " (the first of the pair's two, sorted)"
             lines += [_clustered_sentence(label, test), ""]
     for key, title in (("by_dimension", "question dimension"), ("by_entity", "entity")):
         if not closed.get(key):

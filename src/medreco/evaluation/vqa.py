@@ -200,8 +200,8 @@ def evaluate_closed_vqa(
     also split by question dimension and by entity) against the baselines fitted on `train_rows`
     (`baselines`: text-only and majority answer, each with the exact McNemar test and, when the
     studies know their patients, the patient-clustered comparison: difference, cluster-bootstrap
-    interval, sign-flip p-value; a question is clustered by the patient of its first study, Case A
-    or the prior). `text_only`, `mcnemar` and `clustered` repeat the text-only comparison."""
+    interval, sign-flip p-value; a question is clustered by one of its patients, `question_cluster`).
+    `text_only`, `mcnemar` and `clustered` repeat the text-only comparison."""
     predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
@@ -218,10 +218,17 @@ def evaluate_closed_vqa(
     }
 
 
+def question_cluster(row: dict, studies: dict) -> str | None:
+    """The patient a question is clustered by: the first, in sorted order, of its two studies'
+    patients (which study is Case A was drawn at random). None when the studies know no patient."""
+    patients = [getattr(studies.get(row[key]), "patient_id", None) for key in ("study_a", "study_b")]
+    return None if None in patients else min(patients)
+
+
 def closed_vqa_summary(hits: Sequence[bool], rows: Sequence[dict], train_rows: Sequence[dict], studies: dict) -> dict:
     """A system's closed-VQA hits on `rows` summarised: accuracy by dimension and entity, and the
     comparison with each baseline (see `evaluate_closed_vqa`)."""
-    patients = [getattr(studies.get(row["study_a"]), "patient_id", None) for row in rows]
+    patients = [question_cluster(row, studies) for row in rows]
     baselines = {}
     for name in BASELINES:
         baseline = baseline_hits(name, train_rows, rows)
@@ -341,6 +348,7 @@ __all__ = [
     "closed_accuracy",
     "closed_predictions",
     "closed_vqa_summary",
+    "question_cluster",
     "baseline_hits",
     "evaluate_closed_vqa",
     "evaluate_longitudinal",

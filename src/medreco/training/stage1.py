@@ -78,13 +78,15 @@ def ranking_relevance(
 
 # Whole-report agreement of a candidate with an anchor: the share of the anchor's judged entities on
 # which their reports agree. At least this much: relevant; at most STUDY_IRRELEVANT: irrelevant; in
-# between: unknown (left out of the loss). Set before any run, never tuned.
-STUDY_RELEVANT, STUDY_IRRELEVANT = 2 / 3, 1 / 3
+# between, or judged on fewer than STUDY_MIN_ENTITIES entities: unknown (left out of the loss). Set
+# before any run, never tuned.
+STUDY_RELEVANT, STUDY_IRRELEVANT, STUDY_MIN_ENTITIES = 2 / 3, 1 / 3, 2
 
 
 def report_agreement(lookup: dict) -> dict[str, dict[str, float]]:
     """anchor -> candidate -> the share of the anchor's entities (those the mining judged the candidate
-    on) on which the two reports agree: study-level relevance from the entity-level table."""
+    on, at least `STUDY_MIN_ENTITIES`) on which the two reports agree: study-level relevance from the
+    entity-level table."""
     judged_count: dict[str, dict[str, int]] = {}
     agreed: dict[str, dict[str, int]] = {}
     for (anchor, _), (judged, relevant) in lookup.items():
@@ -92,7 +94,10 @@ def report_agreement(lookup: dict) -> dict[str, dict[str, float]]:
         for candidate in judged:
             counts[candidate] = counts.get(candidate, 0) + 1
             agreements[candidate] = agreements.get(candidate, 0) + (candidate in relevant)
-    return {a: {c: agreed[a][c] / n for c, n in counts.items()} for a, counts in judged_count.items()}
+    return {
+        a: {c: agreed[a][c] / n for c, n in counts.items() if n >= STUDY_MIN_ENTITIES}
+        for a, counts in judged_count.items()
+    }
 
 
 def study_relevance(
@@ -377,6 +382,9 @@ __all__ = [
     "Stage1Trainer",
     "build_image_processor",
     "build_retrieval_model",
+    "STUDY_IRRELEVANT",
+    "STUDY_MIN_ENTITIES",
+    "STUDY_RELEVANT",
     "report_agreement",
     "study_relevance",
     "train_stage1",

@@ -193,6 +193,8 @@ def build_vlm(
         model.load_conditioner(vision_model.conditioner, torch.stack(list(entity_table.values())))
     if config.model.init_from:
         model = MedReCoForConditionalGeneration.from_pretrained(config.model.init_from)
+        if config.blind_images:  # the recipe's switch holds for a checkpoint saved seeing
+            model.config.blind_images = True
     model.set_turn_tokens(processor.end_of_turn_id, tokenizer.pad_token_id)
     return model, processor
 

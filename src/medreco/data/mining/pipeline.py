@@ -83,6 +83,11 @@ class MiningConfig:
     seed: int = 0
 
     def __post_init__(self):
+        unknown_splits = sorted(set(self.language_prior_splits) - {"train", "validation", "test", "external"})
+        if unknown_splits:
+            raise ValueError(
+                f"language-prior splits {unknown_splits} unknown; choose from train, validation, test, external"
+            )
         unknown = sorted(set(self.levels) - ENTITY_LEVELS)
         if unknown or not self.levels:
             raise ValueError(f"entity levels {unknown or '(none)'} unknown; choose from {sorted(ENTITY_LEVELS)}")
@@ -230,6 +235,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
         vqa_filters=report.removed(),  # every filter's removals (the bias filter reorders, removes none)
         vqa_language_prior_splits=list(config.language_prior_splits),
+        levels=list(config.levels),
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -589,8 +589,9 @@ def filter_vqa(
     unique = deduplicate(dependent)
     judged = [s for s in unique if prior_filtered is None or prior_filtered(s)]
     kept, removed = language_prior_filter(judged, seed)
-    survivors = {id(s) for s in kept}
-    kept = [s for s in unique if id(s) in survivors or not (prior_filtered is None or prior_filtered(s))]
+    if prior_filtered is not None:  # the unjudged questions pass, in the order they came
+        removed_ids = {id(s) for s in removed}  # the filter hands back the objects it was given
+        kept = [s for s in unique if id(s) not in removed_ids]
     rng = np.random.default_rng(seed)
     final = [shuffle_and_swap(s, rng) for s in kept]
     swapped_removed = [shuffle_and_swap(s, rng) for s in removed]
