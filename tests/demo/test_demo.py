@@ -258,8 +258,9 @@ def test_entity_beats_holistic_on_the_default_cohort(tmp_path):
     """Issue 6's retrieval claim, in CI: the default demo's cohort (400 patients, several findings per
     study), mining and stage-1 training, exactly as `medreco demo` runs them; on the test split,
     entity-conditioned Recall@1 beats the same model's whole-image (holistic) Recall@1 by McNemar at
-    p < 0.05. With seed 0 (this test's, and the demo's) stage 1 gives 42.8% vs 38.0%, p = 0.002;
-    seeds 0-3 were ahead by 4.8-10.4 points, p <= 0.002 (README). A run is the same in every
+    p < 0.05. With seed 0 (this test's, and the demo's) stage 1 gives 45.4% vs 38.5% on 2,559
+    queries (anatomy level included since issue 21), McNemar p = 3e-9; earlier settings' seeds 0-3
+    were ahead by 4.8-10.4 points, p <= 0.002 (docs/demo.md). A run is the same in every
     process: CI once saw p = 0.15 for this seed when string hashing still reached training."""
     config = DemoConfig(out_dir=str(tmp_path / "demo"), progress=False)
     mined = prepare_data(config)
@@ -278,15 +279,19 @@ FULL_DEMO = os.environ.get("MEDRECO_FULL_DEMO")
     reason="the default demo takes ~14 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
 )
 def test_default_demo_results_mean_something(tmp_path):
-    """Issue 6's claims on the default run: entity-conditioned Recall@1 beats holistic, and the VLM
-    beats the text-only baseline on closed questions, both by McNemar at p < 0.05 on the test split."""
+    """The README's claims on the default run: entity-conditioned Recall@1 beats holistic (patient-
+    clustered p < 0.05), and the VLM beats the majority-answer baseline on closed questions (clustered
+    p < 0.05). Since issue 21 the text-only baseline is fitted before the language-prior filter and
+    the test split is not filtered by it; the VLM is not significantly ahead of it (README), so that
+    is not claimed."""
     out = Path(FULL_DEMO) if FULL_DEMO not in ("1", "true") else tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     overall = metrics["retrieval"]["all"]["all"]
     assert overall["queries"] >= 1000
     assert overall["entity"]["recall@1"] > overall["holistic"]["recall@1"] > overall["chance"]["recall@1"]
-    assert overall["mcnemar_recall@1"]["entity vs holistic"]["p_value"] < 0.05
+    assert overall["clustered_recall@1"]["entity vs holistic"]["p_value"] < 0.05
     closed = metrics["vqa"]["closed"]
     assert closed["scoring"] == "answer" and closed["vlm"]["questions"] >= 1000
-    assert closed["vlm"]["accuracy"] > closed["text_only"]["accuracy"] and closed["mcnemar"]["p_value"] < 0.05
+    majority = closed["baselines"]["majority"]
+    assert closed["vlm"]["accuracy"] > majority["accuracy"] and majority["clustered"]["p_value"] < 0.05

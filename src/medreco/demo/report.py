@@ -181,7 +181,9 @@ def markdown_report(metrics: dict) -> str:
         "",
         f"McNemar (VLM vs text-only): {', '.join(tests)}. Option letter: the letter the model finds most "
         "likely to open its answer; answer likelihood: the option whose whole answer it finds most likely. "
-        f"Accuracy by question dimension uses the {closed['scoring']} scoring.",
+        "The baselines are fitted on the training split's questions as they were before the language-prior "
+        "filter (which judges the training split only). "
+        f"Accuracy by question dimension and by entity uses the {closed['scoring']} scoring.",
         "",
     ]
     for name, entry in baselines.items():
