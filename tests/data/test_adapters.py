@@ -97,6 +97,7 @@ def test_ct_rate_layout(tmp_path):
             },
         ],
     )
+    (tmp_path / "dataset").mkdir()  # CT-RATE's volumes folder
     rows = list(adapters.ct_rate(tmp_path, tmp_path / "reports.csv"))
     assert [r["study_id"] for r in rows] == ["train_1_a", "valid_7_b"]  # one reconstruction per scan
     assert rows[1]["image"].endswith("dataset/valid/valid_7/valid_7_b/valid_7_b_1.nii.gz")
@@ -104,6 +105,23 @@ def test_ct_rate_layout(tmp_path):
     write_csv(tmp_path / "bad.csv", [{"Volume": "x"}])
     with pytest.raises(ManifestError, match="missing column"):
         list(adapters.ct_rate(tmp_path, tmp_path / "bad.csv"))
+
+
+@pytest.mark.parametrize("dataset", ["mimic-cxr", "ct-rate"])
+def test_a_missing_or_empty_dataset_folder_is_refused_and_writes_nothing(tmp_path, capsys, dataset):
+    """`medreco manifest` on a wrong path exits 2 with one line naming it (it wrote an empty manifest
+    and exited 0)."""
+    out = tmp_path / "manifest.jsonl"
+    extra = ["--reports", str(tmp_path / "reports.csv")] if dataset == "ct-rate" else []
+    for root in (tmp_path / "nonexistent", tmp_path / "empty"):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        assert main(["manifest", dataset, str(root), "--out", str(out), *extra]) == 2
+        error = capsys.readouterr().err.strip()
+        assert str(root) in error and "\n" not in error and not out.exists()
+    (tmp_path / "empty" / "files" / "p10" / "p10000001").mkdir(parents=True)  # a MIMIC-CXR tree with no study
+    if dataset == "mimic-cxr":
+        assert main(["manifest", dataset, str(tmp_path / "empty"), "--out", str(out)]) == 2
+        assert "no study" in capsys.readouterr().err and not out.exists()
 
 
 def test_ms_cxr_t(tmp_path):

@@ -40,16 +40,20 @@ def mimic_cxr(root: str | Path, metadata_csv: str | Path | None = None, prefer_v
     report at `files/pXX/pSUBJECT/sSTUDY.txt`. With the metadata CSV, the `prefer_view` image of each
     study is chosen and `StudyDate` is used."""
     root = Path(root)
+    if not (root / "files").is_dir():
+        raise ManifestError(f"{root}: not a MIMIC-CXR folder (no files/ folder in it)")
     metadata = {}
     if metadata_csv is not None:
         rows = _read_csv(Path(metadata_csv))
         _require(rows, ("dicom_id", "subject_id", "study_id"), Path(metadata_csv))
         metadata = {r["dicom_id"]: r for r in rows}
+    found = False
     for report in sorted((root / "files").glob("p*/p*/s*.txt")):
         study_dir = report.with_suffix("")
         images = sorted(p for p in study_dir.glob("*") if p.suffix.lower() in (".dcm", ".jpg", ".jpeg", ".png"))
         if not images:
             continue
+        found = True
         views = [metadata.get(p.stem, {}).get("ViewPosition") for p in images]
         image = next((p for p, v in zip(images, views) if v == prefer_view), images[0])
         info = metadata.get(image.stem, {})
@@ -61,6 +65,8 @@ def mimic_cxr(root: str | Path, metadata_csv: str | Path | None = None, prefer_v
             "report": report.read_text(),
             "study_date": _iso(info.get("StudyDate", "")),
         }
+    if not found:
+        raise ManifestError(f"{root}: no study with a report and an image (files/pXX/pSUBJECT/sSTUDY.txt and sSTUDY/)")
 
 
 def ct_rate(root: str | Path, reports_csv: str | Path) -> Iterator[dict]:
@@ -68,6 +74,8 @@ def ct_rate(root: str | Path, reports_csv: str | Path) -> Iterator[dict]:
     reconstruction) and the reports CSV (VolumeName, Findings_EN, Impressions_EN). One
     reconstruction per scan (the first listed) keeps studies independent."""
     root, reports_csv = Path(root), Path(reports_csv)
+    if not (root / "dataset").is_dir():
+        raise ManifestError(f"{root}: not a CT-RATE folder (no dataset/ folder in it)")
     rows = _read_csv(reports_csv)
     _require(rows, ("VolumeName", "Findings_EN", "Impressions_EN"), reports_csv)
     seen_scans = set()
