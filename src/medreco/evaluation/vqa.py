@@ -207,9 +207,10 @@ def evaluate_closed_vqa(
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
         for scoring, letters in predicted.items()
     }
-    text = baseline_hits("text_only", train_rows, rows)
+    baselines = {name: baseline_hits(name, train_rows, rows) for name in BASELINES}
+    text = baselines["text_only"]
     return {
-        **closed_vqa_summary(hits[scorings[0]], rows, train_rows, studies),
+        **closed_vqa_summary(hits[scorings[0]], rows, baselines, studies),
         "scoring": scorings[0],
         "by_scoring": {
             scoring: {**accuracy_summary(scored), "mcnemar": mcnemar_test(scored, text)}
@@ -225,13 +226,14 @@ def question_cluster(row: dict, studies: dict) -> str | None:
     return None if None in patients else min(patients)
 
 
-def closed_vqa_summary(hits: Sequence[bool], rows: Sequence[dict], train_rows: Sequence[dict], studies: dict) -> dict:
+def closed_vqa_summary(
+    hits: Sequence[bool], rows: Sequence[dict], baseline_results: dict[str, list[bool]], studies: dict
+) -> dict:
     """A system's closed-VQA hits on `rows` summarised: accuracy by dimension and entity, and the
-    comparison with each baseline (see `evaluate_closed_vqa`)."""
+    comparison with each baseline's hits on the same rows (see `evaluate_closed_vqa`)."""
     patients = [question_cluster(row, studies) for row in rows]
     baselines = {}
-    for name in BASELINES:
-        baseline = baseline_hits(name, train_rows, rows)
+    for name, baseline in baseline_results.items():
         baselines[name] = {**accuracy_summary(baseline), "mcnemar": mcnemar_test(hits, baseline)}
         if None not in patients:
             baselines[name]["clustered"] = clustered_paired_test(hits, baseline, patients)

@@ -17,6 +17,12 @@ from ...errors import TrainingDataError
 MINED_TABLES = ("studies", "triplets", "retrieval", "longitudinal", "vqa", "vqa_removed")
 
 
+def has_rows(table: Path) -> bool:
+    """Whether a mined table folder holds rows: a table with none is an empty folder (`datasets`
+    cannot save a dataset without rows), a missing folder a table never written."""
+    return table.is_dir() and any(table.iterdir())
+
+
 @dataclass
 class Study:
     study_id: str
@@ -46,9 +52,7 @@ class MinedData:
         self._tables: dict[str, list[dict]] = {}
         for name in MINED_TABLES:
             path = self.directory / name
-            # a table with no rows is an empty folder (`datasets` cannot save a dataset without rows)
-            written = path.is_dir() and any(path.iterdir())
-            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if written else []
+            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if has_rows(path) else []
         keep = set(modalities) if modalities else None
         self.studies: dict[str, Study] = {}
         for row in self._tables["studies"]:
@@ -120,4 +124,4 @@ class MinedData:
         return mentioning
 
 
-__all__ = ["MINED_TABLES", "MinedData", "Study"]
+__all__ = ["MINED_TABLES", "MinedData", "Study", "has_rows"]

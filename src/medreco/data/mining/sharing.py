@@ -24,7 +24,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from ...atomic import atomic_path
 from ...hub.push import HubPushError, PushResult, check_repo_id, upload_folder
-from .mined import MINED_TABLES
+from .mined import MINED_TABLES, has_rows
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def shareable_tables(mined_dir: str | Path, include_reports: bool = False) -> Sh
     raw = {
         name: datasets.load_from_disk(str(mined_dir / name)).to_list()
         for name in MINED_TABLES
-        if (mined_dir / name).is_dir() and any((mined_dir / name).iterdir())  # empty folder: no rows
+        if has_rows(mined_dir / name)
     }
     key = secrets.token_bytes(32)  # never stored: the numbering cannot be recomputed from the originals
     patients = _pseudonyms(
