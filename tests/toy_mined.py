@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from medreco.data.mining.mined import SUMMARY_FILE, table_fingerprint
+
 EFFUSION = "cxr/abnormal/pleural-effusion@pleura"
 CARDIO = "cxr/abnormal/cardiac-chamber-enlargement@cardiac-chambers"
 ENTITIES = (EFFUSION, CARDIO)
@@ -117,4 +119,7 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
     mined = root / "mined"
     for name, table in (("studies", studies), ("triplets", triplets), ("retrieval", retrieval), ("vqa", vqa)):
         datasets.Dataset.from_list(table).save_to_disk(str(mined / name))
+    # like `medreco mine`, the summary comes last and names the tables it wrote
+    tables = {name: table_fingerprint(mined / name) for name in ("studies", "triplets", "retrieval", "vqa")}
+    (mined / SUMMARY_FILE).write_text(json.dumps({"tables": tables}))
     return mined

@@ -324,6 +324,9 @@ def _index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", help="with --mined: only this split")
     parser.add_argument("--entity", action="append", help="precompute this entity's embeddings (repeatable)")
     parser.add_argument("--out", required=True, help="index folder")
+    parser.add_argument(
+        "--commit-every", type=int, default=64, help="studies encoded between commits (a kill loses at most these)"
+    )
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -336,7 +339,14 @@ def _index(args: argparse.Namespace) -> int:
         studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
     else:
         studies = read_study_manifest(args.manifest)
-    print(json.dumps(index_archive(args.model, args.out, studies, args.entity or (), progress=not args.quiet)))
+    result = index_archive(args.model, args.out, studies, args.entity or (), not args.quiet, args.commit_every)
+    print(json.dumps(result))
+    if result["unreadable"]:
+        print(
+            f"medreco index: {len(result['unreadable'])} unreadable image(s) skipped (listed in "
+            f"{Path(args.out) / 'index.json'}; fixed ones are indexed on the next run)",
+            file=sys.stderr,
+        )
     return 0
 
 

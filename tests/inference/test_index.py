@@ -57,7 +57,8 @@ def test_index_round_trip_and_search_equals_a_fresh_build(archive, tmp_path):
         b = fresh.search(query, "chest_xray", entity, top_k=8)
         assert [h.study_id for h in a] == [h.study_id for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-3)
-    assert (tmp_path / "a" / "entities" / "chest_xray" / f"{entity_key(ENTITY)}.safetensors").exists()
+    cache = reloaded._entity_path("chest_xray", ENTITY)
+    assert cache.exists() and cache.name == f"{entity_key(ENTITY)}.safetensors"
     exact = reloaded.search(query, "chest_xray", ENTITY, top_k=10)
     approximate = reloaded.search(query, "chest_xray", ENTITY, top_k=10, approximate=True)
     overlap = len({h.study_id for h in exact} & {h.study_id for h in approximate}) / 10
@@ -93,7 +94,7 @@ def test_adding_studies_invalidates_entity_caches_and_keeps_the_index_whole(arch
     # a damaged entity cache (NaN features) is refused with its file named, not searched
     from safetensors.torch import save_file
 
-    damaged = tmp_path / "entities" / "chest_xray" / f"{entity_key(ENTITY)}.safetensors"
+    damaged = index._entity_path("chest_xray", ENTITY)
     save_file({"features": torch.full_like(features, float("nan")), "attention": attention.half()}, damaged)
     with pytest.raises(GalleryIndexError, match=damaged.name):
         index.search(features[0], "chest_xray", ENTITY)

@@ -5,15 +5,19 @@ few entities searched stay in memory.
 
 Layout of an index folder:
 
-    index.json                      model it was built with, per-modality study order
-    tokens/<modality>.safetensors   conditioning tokens (S, N, d), float16
-    entities/<modality>/<key>.safetensors   conditioned features (S, d) and attention (S, N) of one entity
-    faiss/<modality>/<key>.hnsw     approximate index over those features (built on demand)
+    index.json                                 the commit point: model, per-modality study order, the
+                                               token file of each modality, unreadable images
+    tokens/<modality>-<rows>.safetensors       conditioning tokens (S, N, d), float16
+    entities/<modality>/<rows>/<key>.safetensors   conditioned features (S, d), attention (S, N) of one entity
+    faiss/<modality>/<rows>/<key>.hnsw         approximate index over those features (built on demand)
 
-Every file is written next to its target and renamed into place, so an interrupted build or
-update never leaves a corrupt index: adding studies rewrites the modality's tokens atomically
-and drops that modality's (now stale) entity caches. Only study ids, modalities and image
-paths are stored: nothing identifying from the DICOM headers."""
+`add` encodes studies in blocks (`commit_every`): each block's token files are written under new
+names, then `index.json` is replaced to name them (the one commit point), then the files it no
+longer names are removed. A kill at any moment leaves the index of the last committed block, and
+re-running resumes after it; an image that cannot be read is skipped, reported in `index.json`
+and tried again on the next run. Derived caches sit under the token file they were computed from,
+so they can never describe other rows. Only study ids, modalities and image paths are stored:
+nothing identifying from the DICOM headers."""
 
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
-from ..atomic import atomic_path, write_text_atomically
-from ..errors import MedReCoError
+from ..atomic import atomic_path, remove_atomically, remove_stale_temporaries, write_text_atomically
+from ..errors import MedicalImageError, MedReCoError
 from .encoder import RetrievalEncoder
 
 logger = logging.getLogger(__name__)
@@ -133,7 +138,12 @@ class GalleryIndex:
         self.directory = Path(directory)
         self.encoder = encoder
         meta_path = self.directory / "index.json"
-        self.meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"studies": {}, "images": {}}
+        try:
+            self.meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"studies": {}, "images": {}}
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise GalleryIndexError(f"{meta_path}: damaged ({error}); rebuild the index") from None
+        self.meta.setdefault("tokens", {})
+        self.meta.setdefault("unreadable", {})
         fingerprint = self._model_fingerprint()
         if self.meta.get("model") not in (None, fingerprint):
             raise GalleryIndexError(f"{self.directory}: index was built with another retrieval model; rebuild it")
@@ -154,6 +164,10 @@ class GalleryIndex:
     def modalities(self) -> list[str]:
         return sorted(self.meta["studies"])
 
+    def unreadable(self) -> dict[str, str]:
+        """study id -> why its image could not be read, for studies the last runs skipped."""
+        return dict(self.meta["unreadable"])
+
     def add(
         self,
         study_ids: Sequence[str],
@@ -162,41 +176,104 @@ class GalleryIndex:
         batch_size: int = 16,
         progress: bool = True,
         tensors=None,
+        commit_every: int = 64,
     ) -> int:
-        """Encode and add studies not yet indexed (so a rerun resumes); returns how many were added."""
+        """Encode and add studies not yet indexed (so a rerun resumes), committing every
+        `commit_every` studies; images that cannot be read are skipped and listed in
+        `unreadable()`. Returns how many studies were added."""
+        if commit_every < 1:
+            raise ValueError(f"commit_every must be at least 1, not {commit_every}")
+        self._remove_unreferenced()
         known = {s for ids in self.meta["studies"].values() for s in ids}
         new = [i for i, s in enumerate(study_ids) if s not in known]
-        if not new:
-            return 0
-        encoded = self.encoder.encode_images(
-            [images[i] for i in new],
-            [modalities[i] for i in new],
-            [study_ids[i] for i in new],
-            batch_size=batch_size,
-            progress=progress,
-            tensors=tensors,
-        )
-        image_of = {study_ids[i]: str(images[i]) for i in new}
-        for block, modality in zip(encoded, sorted({modalities[i] for i in new})):
-            path = self.directory / "tokens" / f"{modality}.safetensors"
-            existing = load_file(path)["tokens"] if path.exists() else None
-            tokens = block.tokens.half() if existing is None else torch.cat([existing, block.tokens.half()])
-            _atomic_save({"tokens": tokens}, path)
-            self.meta["studies"][modality] = self.study_ids(modality) + block.study_ids
-            self.meta["images"].update({study: image_of[study] for study in block.study_ids})
-            for folder in (self.directory / "entities" / modality, self.directory / "faiss" / modality):
-                for stale in folder.glob("*"):
-                    if not stale.name.startswith("."):  # leave another writer's temporary file alone
-                        stale.unlink()
-            self._save_meta()  # after the tokens: a crash in between leaves the old, consistent state
-        return len(new)
+        added = 0
+        with tqdm(total=len(new), desc="indexing studies", disable=not progress, leave=False) as bar:
+            for start in range(0, len(new), commit_every):
+                block = new[start : start + commit_every]
+                prepared = self._read_block(block, study_ids, images, modalities, tensors)
+                ready = [i for i in block if study_ids[i] in prepared]
+                encoded = self.encoder.encode_images(
+                    [images[i] for i in ready],
+                    [modalities[i] for i in ready],
+                    [study_ids[i] for i in ready],
+                    batch_size=batch_size,
+                    tensors=prepared,
+                )
+                image_of = {study_ids[i]: str(images[i]) for i in ready}
+                for studies, modality in zip(encoded, sorted({modalities[i] for i in ready})):
+                    self._append(modality, studies.study_ids, studies.tokens, image_of)
+                    added += len(studies.study_ids)
+                self._save_meta()  # the commit point: the block's files become the index's
+                self._remove_unreferenced()
+                bar.update(len(block))
+        return added
+
+    def _read_block(self, block, study_ids, images, modalities, tensors) -> dict[str, torch.Tensor]:
+        """Model-ready tensors of a block's readable images, by study id (from `tensors` when
+        given there); the unreadable are recorded in `meta` and left out."""
+        ready = {}
+        for i in block:
+            study = study_ids[i]
+            try:
+                ready[study] = (
+                    tensors[study]
+                    if tensors is not None and study in tensors
+                    else self.encoder.image_processor.preprocess_one(images[i], modalities[i])
+                )
+            except (MedicalImageError, OSError) as error:
+                logger.warning("skipping study %s: %s", study, error)
+                self.meta["unreadable"][study] = str(error)
+                continue
+            self.meta["unreadable"].pop(study, None)
+        return ready
+
+    def _append(self, modality: str, new_ids: list[str], new_tokens: torch.Tensor, image_of: dict[str, str]) -> None:
+        """Write the modality's tokens with `new_ids` appended under a new name, and record them
+        in `meta` (committed by the next `_save_meta`)."""
+        existing = self.tokens(modality).half() if modality in self.meta["studies"] else None
+        tokens = new_tokens.half() if existing is None else torch.cat([existing, new_tokens.half()])
+        ids = self.study_ids(modality) + new_ids
+        file = f"tokens/{modality}-{len(ids):07d}.safetensors"
+        _atomic_save({"tokens": tokens}, self.directory / file)
+        self.meta["studies"][modality] = ids
+        self.meta["tokens"][modality] = file
+        self.meta["images"].update({s: image_of[s] for s in new_ids})
+
+    def _remove_unreferenced(self) -> None:
+        """Remove what `index.json` does not name: token files and caches of superseded or
+        uncommitted blocks, and temporary files of killed writers."""
+        remove_stale_temporaries(self.directory, recursive=True)
+        current = {self._tokens_path(m) for m in self.modalities()}
+        for path in sorted((self.directory / "tokens").glob("*.safetensors")):
+            if path not in current:
+                remove_atomically(path)
+        for kind in ("entities", "faiss"):
+            for folder in sorted((self.directory / kind).glob("[!.]*")):
+                if folder.name not in self.meta["studies"]:
+                    remove_atomically(folder)
+                    continue
+                keep = self._cache_folder(kind, folder.name)
+                for entry in sorted(folder.glob("[!.]*")):
+                    # versioned: only the current block's folder stays; legacy: the files themselves
+                    if entry != keep and (keep != folder or entry.is_dir()):
+                        remove_atomically(entry)
 
     def _save_meta(self) -> None:
         write_text_atomically(self.directory / "index.json", json.dumps(self.meta, indent=1))
 
+    def _tokens_path(self, modality: str) -> Path:
+        # indexes written before token files were versioned hold tokens/<modality>.safetensors
+        return self.directory / self.meta["tokens"].get(modality, f"tokens/{modality}.safetensors")
+
+    def _cache_folder(self, kind: str, modality: str) -> Path:
+        """Where caches derived from the modality's current token file live."""
+        versioned = modality in self.meta["tokens"]
+        folder = self.directory / kind / modality
+        return folder / f"{len(self.study_ids(modality)):07d}" if versioned else folder
+
     def tokens(self, modality: str) -> torch.Tensor:
-        path = self.directory / "tokens" / f"{modality}.safetensors"
-        if not path.exists():
+        path = self._tokens_path(modality)
+        if modality not in self.meta["studies"] or not path.exists():
             raise GalleryIndexError(f"{self.directory}: no {modality} studies in this index")
         tokens = load_file(path)["tokens"].float()
         if tokens.shape[0] != len(self.study_ids(modality)):
@@ -204,7 +281,7 @@ class GalleryIndex:
         return tokens
 
     def _entity_path(self, modality: str, entity: str | None) -> Path:
-        return self.directory / "entities" / modality / f"{entity_key(entity)}.safetensors"
+        return self._cache_folder("entities", modality) / f"{entity_key(entity)}.safetensors"
 
     def entity_features(self, modality: str, entity: str | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Conditioned features `(S, d)` and attention `(S, N)` of every study, cached on disk."""
@@ -221,7 +298,7 @@ class GalleryIndex:
     def rows(self, modality: str, entity: str | None, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         """Stored tokens `(R, N, d)`, conditioned features `(R, d)` and attention `(R, N)` of a few
         studies, read from the memory-mapped files row by row rather than whole."""
-        tokens_path = self.directory / "tokens" / f"{modality}.safetensors"
+        tokens_path = self._tokens_path(modality)
         entity_path = self._entity_path(modality, entity)
         if not tokens_path.exists():
             raise GalleryIndexError(f"{self.directory}: no {modality} studies in this index")
@@ -287,7 +364,7 @@ class GalleryIndex:
     def _faiss(self, modality: str, entity: str | None):
         import faiss
 
-        path = self.directory / "faiss" / modality / f"{entity_key(entity)}.hnsw"
+        path = self._cache_folder("faiss", modality) / f"{entity_key(entity)}.hnsw"
 
         def build():
             if path.exists():
@@ -310,19 +387,31 @@ def index_archive(
     studies: Sequence[dict],
     entities: Sequence[str] = (),
     progress: bool = True,
+    commit_every: int = 64,
 ) -> dict:
     """Encode `studies` (rows with `image`, `modality` and optionally `study_id`; the file name
     otherwise) with the stage-1 model saved in `model` into the index at `out`, resuming an
-    interrupted run, and precompute the whole-image features and those of `entities`."""
+    interrupted run (committed every `commit_every` studies), and precompute the whole-image features
+    and those of `entities`. Unreadable images are skipped and listed under "unreadable"."""
     if not studies:
         raise GalleryIndexError("no studies to index (check the split or the manifest)")
     index = GalleryIndex(out, RetrievalEncoder.from_pretrained(model))
     ids = [row.get("study_id") or Path(row["image"]).stem for row in studies]
-    added = index.add(ids, [row["image"] for row in studies], [row["modality"] for row in studies], progress=progress)
+    added = index.add(
+        ids,
+        [row["image"] for row in studies],
+        [row["modality"] for row in studies],
+        progress=progress,
+        commit_every=commit_every,
+    )
     for modality in index.modalities():
         for entity in [None, *entities]:
             index.entity_features(modality, entity)
-    return {"added": added, "studies": {m: len(index.study_ids(m)) for m in index.modalities()}}
+    return {
+        "added": added,
+        "studies": {m: len(index.study_ids(m)) for m in index.modalities()},
+        "unreadable": index.unreadable(),
+    }
 
 
 __all__ = ["ExactSearch", "GalleryIndex", "GalleryIndexError", "SearchHit", "entity_key", "index_archive"]

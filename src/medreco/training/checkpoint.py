@@ -2,16 +2,15 @@
 
 A checkpoint holds the model weights (safetensors), the optimiser and scheduler states, the
 sampler position (epoch, step within it) and every RNG state (Python, NumPy, torch CPU and CUDA).
-It is written into a temporary folder and renamed into place; the `latest` pointer is replaced
-atomically afterwards. A kill at any moment leaves the previous checkpoint intact and pointed to."""
+It is written into a temporary folder, flushed and swapped into place; the `latest` pointer is
+replaced atomically afterwards (the commit point). A kill at any moment leaves the previous
+checkpoint intact and pointed to, and the next save removes what the killed one left aside."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..atomic import atomic_folder, remove_atomically, remove_stale_temporaries, write_text_atomically
 from ..errors import MedReCoError
 
 logger = logging.getLogger(__name__)
@@ -78,28 +78,27 @@ class CheckpointManager:
         return target if target.exists() else None
 
     def save(self, model: torch.nn.Module, optimizer, scheduler, state: TrainingState) -> Path:
+        """Write a checkpoint folder, swap it in whole, then point `latest` at it (the commit point)
+        and prune the oldest; what an earlier killed save left aside is removed first."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
         name = f"step-{state.step:09d}"
-        final, temporary = self.directory / name, self.directory / f".{name}.tmp"
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
-        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(_untie(weights), temporary / "model.safetensors", metadata={"format": "pt"})
-        # optimiser, scheduler and RNG states hold only tensors and plain values: no pickle needed to read them
-        torch.save(
-            {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler else None,
-                "rng": rng_state(),
-            },
-            temporary / "training_state.pt",
-        )
-        (temporary / "state.json").write_text(json.dumps(asdict(state), indent=2))
-        shutil.rmtree(final, ignore_errors=True)
-        temporary.rename(final)
-        pointer = self.directory / ".latest.tmp"
-        pointer.write_text(name)
-        os.replace(pointer, self.directory / "latest")
+        with atomic_folder(self.directory / name) as temporary:
+            temporary.mkdir()
+            weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+            save_file(_untie(weights), temporary / "model.safetensors", metadata={"format": "pt"})
+            # optimiser, scheduler and RNG states hold only tensors and plain values: no pickle needed to read them
+            torch.save(
+                {
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler else None,
+                    "rng": rng_state(),
+                },
+                temporary / "training_state.pt",
+            )
+            (temporary / "state.json").write_text(json.dumps(asdict(state), indent=2))
+        final = self.directory / name
+        write_text_atomically(self.directory / "latest", name)
         self._prune(final)
         logger.info("checkpoint saved: %s", final)
         return final
@@ -109,6 +108,9 @@ class CheckpointManager:
         path = Path(path) if path is not None else self.latest()
         if path is None:
             raise CheckpointError(f"{self.directory}: no checkpoint to resume from")
+        # finish what a save killed after its commit point left undone
+        remove_stale_temporaries(self.directory)
+        self._prune(path)
         try:
             weights = load_file(path / "model.safetensors")
             missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -135,7 +137,7 @@ class CheckpointManager:
         checkpoints = sorted(p for p in self.directory.glob("step-*") if p.is_dir())
         for old in checkpoints[: max(0, len(checkpoints) - self.keep)]:
             if old != current:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_atomically(old)
 
 
 def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..atomic import commit_folder, remove_stale_temporaries, save_folder_atomically
 from .checkpoint import CheckpointManager, TrainingState
 from .config import OptimizationConfig, RunConfig
 from .data import ModalityBatchSampler
@@ -300,26 +301,6 @@ def phase_summaries(summary: dict) -> dict:
     return {summary["phase"]: summary} if "phase" in summary else summary
 
 
-def save_folder_atomically(directory: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write a folder next to `directory`, then swap it in: readers never see half a model."""
-    import shutil
-
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    temporary = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    write(temporary)
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        directory.rename(old)
-        temporary.rename(directory)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        temporary.rename(directory)
-    return directory
-
-
 def _finish_trackers(accelerator) -> None:
     # not accelerator.end_training(): it also destroys the process group that later phases and the save need
     for tracker in accelerator.trackers:
@@ -328,11 +309,18 @@ def _finish_trackers(accelerator) -> None:
 
 def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed) -> None:
     if uses_deepspeed:  # ZeRO shards optimiser state over ranks: DeepSpeed's own (sharded) format
+        # every rank writes its shards beside the checkpoint; the main process swaps the folder in whole
         folder = output_dir / "deepspeed_checkpoint"
-        accelerator.save_state(str(folder))
+        temporary = folder.with_name(f".{folder.name}.tmp")
         if accelerator.is_main_process:
-            (folder / "medreco_state.json").write_text(json.dumps(vars(state)))
-            (folder / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+            remove_stale_temporaries(output_dir)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(temporary))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (temporary / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+            (temporary / "medreco_state.json").write_text(json.dumps(vars(state)))
+            commit_folder(temporary, folder)
     elif accelerator.is_main_process:
         checkpoints.save(accelerator.unwrap_model(model), optimizer, scheduler, state)
     accelerator.wait_for_everyone()
@@ -388,7 +376,6 @@ __all__ = [
     "make_accelerator",
     "parameter_groups",
     "resolve_mixed_precision",
-    "save_folder_atomically",
     "total_steps",
     "train_phase",
 ]

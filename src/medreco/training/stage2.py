@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import SequentialSampler
 from transformers import AutoTokenizer, set_seed
 
+from ..atomic import save_folder_atomically
 from ..data.mining import MinedData
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
@@ -29,7 +30,7 @@ from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config
 from .data import check_nonempty, is_volumetric
-from .loop import available_trackers, resolve_mixed_precision, save_folder_atomically, write_run_record
+from .loop import available_trackers, resolve_mixed_precision, write_run_record
 
 logger = logging.getLogger(__name__)
 MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the training conversations

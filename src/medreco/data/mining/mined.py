@@ -15,12 +15,45 @@ from pathlib import Path
 from ...errors import TrainingDataError
 
 MINED_TABLES = ("studies", "triplets", "retrieval", "longitudinal", "vqa", "vqa_removed")
+SUMMARY_FILE = "summary.json"  # written last: a mined folder without it is unfinished
 
 
 def has_rows(table: Path) -> bool:
     """Whether a mined table folder holds rows: a table with none is an empty folder (`datasets`
     cannot save a dataset without rows), a missing folder a table never written."""
     return table.is_dir() and any(table.iterdir())
+
+
+def table_fingerprint(table: Path) -> str | None:
+    """The fingerprint `datasets` gave a saved table ("" for a table without rows, None when missing)."""
+    if not table.is_dir():
+        return None
+    state = table / "state.json"
+    return json.loads(state.read_text()).get("_fingerprint", "") if state.exists() else ""
+
+
+def read_mined_summary(directory: Path) -> dict:
+    """The summary of a finished mining run, after checking that every table is the one it wrote.
+
+    `mine` removes the summary before replacing any table and writes it (with each table's
+    fingerprint) after the last, so a run killed in between leaves a folder refused here, never
+    new tables read beside old ones. Summaries of earlier versions hold no fingerprints."""
+    path = directory / SUMMARY_FILE
+    if not path.exists():
+        raise TrainingDataError(
+            f"{directory}: mining did not finish here (no {SUMMARY_FILE}); run `medreco mine` again, "
+            "it resumes from its cache"
+        )
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise TrainingDataError(f"{path}: damaged ({error.msg}); run `medreco mine` again") from None
+    for name, fingerprint in summary.get("tables", {}).items():
+        found = table_fingerprint(directory / name)
+        if found != fingerprint:
+            problem = "is missing" if found is None else "is not the table this mining run wrote"
+            raise TrainingDataError(f"{directory / name}: {problem}; run `medreco mine` again")
+    return summary
 
 
 @dataclass
@@ -49,6 +82,7 @@ class MinedData:
             raise TrainingDataError(
                 f"{self.directory}: no mined data here (expected {self.directory / 'studies'}; run `medreco mine`)"
             )
+        self.summary = read_mined_summary(self.directory)
         self._tables: dict[str, list[dict]] = {}
         for name in MINED_TABLES:
             path = self.directory / name
@@ -124,4 +158,12 @@ class MinedData:
         return mentioning
 
 
-__all__ = ["MINED_TABLES", "MinedData", "Study", "has_rows"]
+__all__ = [
+    "MINED_TABLES",
+    "SUMMARY_FILE",
+    "MinedData",
+    "Study",
+    "has_rows",
+    "read_mined_summary",
+    "table_fingerprint",
+]

@@ -29,6 +29,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -37,9 +38,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ...atomic import commit_folder, remove_atomically, remove_stale_temporaries, write_text_atomically
 from ...errors import MedReCoError
 from ..reports.decomposition import EntityStatement, MentionStatus, ReportDecomposition, RuleBasedDecomposer
+from ..reports.ontology import UnknownModalityError, canonical_modality
 from .longitudinal import consistent_change_label
+from .mined import SUMMARY_FILE, table_fingerprint
 from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
 from .splits import assign_splits, check_patients
 from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
@@ -97,7 +101,8 @@ class MiningConfig:
 
 
 def read_study_manifest(path: str | Path) -> list[dict]:
-    """Rows of a CSV or JSONL manifest, with `study_id` filled in and paths made absolute."""
+    """Rows of a CSV or JSONL manifest, with `study_id` filled in, paths made absolute and modality
+    aliases (`CXR`, `DX`, `MR`, ...: `ontology.MODALITY_ALIASES`) replaced by canonical modalities."""
     path = Path(path)
     if not path.exists():
         raise ManifestError(f"{path}: no such manifest")
@@ -113,6 +118,10 @@ def read_study_manifest(path: str | Path) -> list[dict]:
         missing = [c for c in REQUIRED_COLUMNS if not row.get(c)]
         if missing:
             raise ManifestError(f"{path}: row {index + 1} lacks {', '.join(missing)}")
+        try:
+            row["modality"] = canonical_modality(str(row["modality"]))
+        except UnknownModalityError as error:
+            raise ManifestError(f"{path}: row {index + 1}: {error}") from None
         row.setdefault("study_id", f"study-{index:06d}")
         image = Path(row["image"])
         row["image"] = str(image if image.is_absolute() else path.parent / image)
@@ -183,12 +192,12 @@ def decompose_all(
 
 
 def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None = None, progress: bool = True) -> dict:
-    """Run the whole pipeline; returns counts of what was written."""
-    import datasets
-
+    """Run the whole pipeline; returns counts of what was written (also in `summary.json`)."""
     config = config or MiningConfig()
     out = Path(out_dir)
     rows = read_study_manifest(manifest)
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)
     studies = split_studies(rows, config)
     raw, computed = decompose_all(rows, out / "cache" / "decompositions.jsonl", config.workers, progress)
     ontology = _worker_decomposer().ontology
@@ -226,8 +235,6 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         "vqa": vqa_rows(vqa, studies),
         "vqa_removed": vqa_rows(report.removed_by_language_prior, studies),
     }
-    for name, table in tables.items():
-        _save_atomically(datasets.Dataset.from_list(table) if table else None, out / name)
     summary = {name: len(table) for name, table in tables.items()}
     summary.update(
         decomposed_now=computed,
@@ -237,7 +244,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
         vqa_language_prior_splits=list(config.language_prior_splits),
         levels=list(config.levels),
     )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["tables"] = _commit_tables(tables, out, summary)
     return summary
 
 
@@ -351,20 +358,26 @@ def comparative_vqa(
     return filter_vqa(samples, statements, entity_map, config.seed, lambda s: studies[s.study_a].split in splits)
 
 
-def _save_atomically(dataset, target: Path) -> None:
-    """Write next to the target, then swap, so a crash never leaves a half-written dataset in place."""
-    import shutil
+def _commit_tables(tables: dict[str, list[dict]], out: Path, summary: dict) -> dict[str, str]:
+    """Write every table aside, then swap them in between removing and rewriting `summary.json`,
+    the folder's commit point (`mined.read_mined_summary` refuses a folder without it). Returns
+    each table's fingerprint, as recorded in the summary."""
+    import datasets
 
-    temporary, previous = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
-    shutil.rmtree(temporary, ignore_errors=True)
-    if dataset is None:
-        temporary.mkdir(parents=True)
-    else:
-        dataset.save_to_disk(str(temporary))
-    if target.exists():
-        target.rename(previous)
-    temporary.rename(target)
-    shutil.rmtree(previous, ignore_errors=True)
+    staged = {}
+    for name, table in tables.items():
+        staged[name] = out / f".{name}.tmp"
+        shutil.rmtree(staged[name], ignore_errors=True)
+        if table:
+            datasets.Dataset.from_list(table).save_to_disk(str(staged[name]))
+        else:  # `datasets` cannot save a table without rows
+            staged[name].mkdir(parents=True)
+    remove_atomically(out / SUMMARY_FILE)
+    for name, folder in staged.items():
+        commit_folder(folder, out / name)
+    fingerprints = {name: table_fingerprint(out / name) for name in tables}
+    write_text_atomically(out / SUMMARY_FILE, json.dumps({**summary, "tables": fingerprints}, indent=2))
+    return fingerprints
 
 
 __all__ = [
