@@ -1,8 +1,11 @@
 """The LLM decomposition backend against a small OpenAI-compatible server on loopback, and
 through a tiny local transformers model."""
 
+import base64
+import contextlib
 import itertools
 import json
+import logging
 import re
 import threading
 import time
@@ -17,11 +20,15 @@ from medreco.data.mining.vqa import needs_two_images
 from medreco.data.reports.decomposition import MentionStatus
 from medreco.data.reports.llm import (
     LLMDecomposer,
+    LLMEndpointError,
     LLMError,
+    LLMRedirectError,
     OpenAIChatBackend,
     TransformersChatBackend,
     parse_json_answer,
+    redact_url,
 )
+from medreco.errors import MedReCoError
 from medreco.factory import bundled_text_encoder_path
 from medreco.processing.processing_medreco import CHAT_TEMPLATE
 
@@ -35,10 +42,12 @@ class FakeLLM(BaseHTTPRequestHandler):
 
     script: list = []  # per-request overrides: an int status code, or a raw reply string
     seen: list = []
+    requests: list = []  # (path, headers) of every request
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FakeLLM.seen.append((time.monotonic(), body))
+        FakeLLM.requests.append((self.path, dict(self.headers)))
         if FakeLLM.script:
             action = FakeLLM.script.pop(0)
             if isinstance(action, int):
@@ -73,13 +82,22 @@ class FakeLLM(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    FakeLLM.script, FakeLLM.seen = [], []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeLLM)
+    FakeLLM.script, FakeLLM.seen, FakeLLM.requests = [], [], []
+    with _serving(FakeLLM) as port:
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def _serving(handler):
+    """A loopback HTTP server with `handler` in a thread; yields its port."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_decomposition_through_an_openai_compatible_server(server, tmp_path):
@@ -132,6 +150,146 @@ def test_unreachable_and_refusing_servers(server):
     decomposer = LLMDecomposer(OpenAIChatBackend(server, "x", backoff=0.01), format_retries=2)
     with pytest.raises(LLMError, match="kept answering without the JSON"):
         decomposer.extract(REPORT, decomposer.ontology.find("pleural effusion", "chest_xray"))
+
+
+KEY = "sk-very-secret-key-1234"
+
+
+class RecordingServer(BaseHTTPRequestHandler):
+    """The server a redirect points at: records every request it gets, answers like an LLM."""
+
+    seen: list = []
+
+    def _record(self):
+        RecordingServer.seen.append((self.command, self.path, dict(self.headers)))
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "stolen"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _record
+
+    def log_message(self, *args):
+        pass
+
+
+def _redirecting_to(location: str, code: int) -> type[BaseHTTPRequestHandler]:
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(code)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    return Redirecting
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_to_another_server_never_gets_the_api_key(code):
+    """urllib's default handler re-sends Authorization to the Location's host (301/302/303 turn the
+    POST into a GET); the backend refuses every redirect with a typed error instead."""
+    RecordingServer.seen = []
+    with _serving(RecordingServer) as other_port:
+        elsewhere = f"http://127.0.0.1:{other_port}/v1/chat/completions?token=redirect-token-5678"
+        with _serving(_redirecting_to(elsewhere, code)) as port:
+            backend = OpenAIChatBackend(f"http://127.0.0.1:{port}/v1", "x", api_key=KEY, backoff=0.01)
+            with pytest.raises(LLMRedirectError) as caught:
+                backend.complete([{"role": "user", "content": "hi"}])
+    message = str(caught.value)
+    assert isinstance(caught.value, LLMError) and isinstance(caught.value, MedReCoError)
+    assert f"HTTP {code}" in message and f"127.0.0.1:{port}/v1/chat/completions" in message
+    assert f"127.0.0.1:{other_port}" in message and "base_url" in message and "\n" not in message
+    assert KEY not in message and "redirect-token-5678" not in message
+    assert not any("Authorization" in headers or KEY in str(headers) for _, _, headers in RecordingServer.seen)
+    assert RecordingServer.seen == []  # not followed at all
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://user:{KEY}@127.0.0.1:9/v1",
+        f"http://{KEY}@127.0.0.1:9/v1",
+        f"http://127.0.0.1:9/v1?api_key={KEY}",
+        f"http://127.0.0.1:9/v1?api-version=2024-06-01&key={KEY}",
+        f"http://127.0.0.1:9/v1?token={KEY}#frag",
+    ],
+)
+def test_credentials_in_the_url_stay_out_of_errors_logs_and_repr(url, caplog):
+    backend = OpenAIChatBackend(url, "x", timeout=0.5, max_retries=1, backoff=0.01)
+    with caplog.at_level(logging.DEBUG, logger="medreco"), pytest.raises(LLMError) as caught:
+        backend.complete([{"role": "user", "content": "hi"}])
+    assert "no valid answer" in str(caught.value) and "127.0.0.1:9/v1/chat/completions" in str(caught.value)
+    assert caplog.records  # the retry was logged
+    for text in (str(caught.value), repr(backend), backend.url, caplog.text):
+        assert KEY not in text and "***" in text
+    assert "api-version=2024-06-01" in redact_url(url) or "api-version" not in url  # harmless ones stay
+
+
+def test_credentials_in_the_url_still_authenticate(server):
+    port = server.split(":")[-1].split("/")[0]
+    FakeLLM.script = ["ok"] * 3
+    OpenAIChatBackend(f"http://127.0.0.1:{port}/v1?api_key={KEY}", "x").complete([{"role": "user", "content": "hi"}])
+    OpenAIChatBackend(f"http://me:{KEY}@127.0.0.1:{port}/v1", "x").complete([{"role": "user", "content": "hi"}])
+    OpenAIChatBackend(server, "x", api_key=KEY).complete([{"role": "user", "content": "hi"}])
+    (query_path, _), (userinfo_path, userinfo_headers), (_, bearer_headers) = FakeLLM.requests
+    assert query_path == f"/v1/chat/completions?api_key={KEY}"
+    assert userinfo_path == "/v1/chat/completions"
+    assert base64.b64decode(userinfo_headers["Authorization"].removeprefix("Basic ")).decode() == f"me:{KEY}"
+    assert bearer_headers["Authorization"] == f"Bearer {KEY}"
+    with pytest.raises(LLMEndpointError, match="both in the URL and in api_key") as caught:
+        OpenAIChatBackend(f"https://me:{KEY}@llm.example/v1", "x", api_key="other-key")
+    assert KEY not in str(caught.value)
+
+
+def test_redact_url():
+    assert redact_url(f"https://u:{KEY}@h.example:8443/v1?api_key={KEY}&model=m&X-Amz-Signature=abcd") == (
+        "https://***@h.example:8443/v1?api_key=***&model=m&X-Amz-Signature=***"
+    )
+    assert redact_url("https://h.example/v1") == "https://h.example/v1"
+    assert KEY not in redact_url(f"http://u:{KEY}@[::1/v1?access_token={KEY}")  # unparsable: by pattern
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost:8000/v1", "http://127.0.0.1:8000/v1", "http://127.8.9.10/v1", "http://[::1]:8000/v1"],
+)
+def test_plain_http_is_accepted_on_loopback(url):
+    assert OpenAIChatBackend(url, "x").url == url + "/chat/completions"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://llm.hospital.example/v1",
+        "http://10.0.0.5:8000/v1",
+        "http://localhost.evil.example/v1",
+        "http://127.0.0.1.evil.example/v1",
+        f"http://user:{KEY}@llm.hospital.example/v1",
+    ],
+)
+def test_plain_http_to_another_host_needs_an_explicit_opt_in(url, caplog):
+    with pytest.raises(LLMEndpointError) as caught:
+        OpenAIChatBackend(url, "x", api_key=KEY)
+    message = str(caught.value)
+    assert isinstance(caught.value, ValueError) and "plain HTTP" in message and "allow_insecure_http" in message
+    assert redact_url(url) + "/chat/completions" in message and KEY not in message and "\n" not in message
+    with caplog.at_level(logging.WARNING, logger="medreco"):
+        backend = OpenAIChatBackend(url, "x", allow_insecure_http=True)
+    assert "unencrypted" in caplog.text and KEY not in caplog.text
+    assert backend.url == redact_url(url) + "/chat/completions"
+    assert OpenAIChatBackend(url.replace("http://", "https://"), "x")  # https: fine
+
+
+@pytest.mark.parametrize("url", ["ftp://llm.example/v1", "localhost:8000/v1", "https://llm.example:port/v1"])
+def test_urls_that_are_not_http_endpoints_are_refused(url):
+    with pytest.raises(LLMEndpointError, match="URL"):
+        OpenAIChatBackend(url, "x")
 
 
 def test_image_dependency_prompt(server):

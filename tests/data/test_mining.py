@@ -224,3 +224,35 @@ def test_the_language_prior_filter_leaves_the_test_split_alone(cohort, tmp_path)
     )
     assert everything["vqa_removed"] == 0
     assert len(data.rows("vqa", "test")) == len(MinedData(tmp_path / "all").rows("vqa", "test"))
+
+
+def test_manifest_modality_aliases_become_canonical_names(tmp_path):
+    """CXR, DICOM codes (CR, DX, MR, US) and spelled-out names are mapped; CT names no body part."""
+    aliases = {
+        "P1": ("cxr", "chest_xray"),
+        "P2": ("DX", "chest_xray"),
+        "P3": ("Chest X-Ray", "chest_xray"),
+        "P4": ("CR", "chest_xray"),
+        "P5": ("MR", "brain_mri"),
+        "P6": ("us", "ultrasound"),
+        "P7": ("Chest CT", "chest_ct"),
+    }
+    lines = ["image,report,patient_id,modality"]
+    lines += [
+        f"{patient}.dcm,FINDINGS: Small left pleural effusion.,{patient},{alias}"
+        for patient, (alias, _) in aliases.items()
+    ]
+    (tmp_path / "m.csv").write_text("\n".join(lines) + "\n")
+    config = MiningConfig(metrics=("agreement",), split_fractions={"train": 1.0, "validation": 0.0, "test": 0.0})
+    mine(tmp_path / "m.csv", tmp_path / "out", config, progress=False)
+    studies = datasets.load_from_disk(str(tmp_path / "out" / "studies"))
+    assert dict(zip(studies["patient_id"], studies["modality"])) == {p: c for p, (_, c) in aliases.items()}
+
+    (tmp_path / "ct.csv").write_text(lines[0] + "\n" + lines[1] + "\na.dcm,No effusion.,P9,CT\n")
+    with pytest.raises(ManifestError, match=r"ct\.csv: row 2: modality 'CT' is ambiguous.*chest_ct or abdominal_ct"):
+        read_study_manifest(tmp_path / "ct.csv")
+    (tmp_path / "pet.jsonl").write_text(json.dumps({"image": "a", "report": "r", "patient_id": "P", "modality": "PET"}))
+    with pytest.raises(
+        ManifestError, match=r"pet\.jsonl: row 1: unknown modality 'PET'; allowed: chest_xray.*ultrasound"
+    ):
+        read_study_manifest(tmp_path / "pet.jsonl")

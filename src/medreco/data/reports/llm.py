@@ -10,13 +10,16 @@ NegEx scopes as the rule-based backend."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import ipaddress
 import json
 import logging
 import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -118,9 +121,93 @@ class ChatBackend(ABC):
     def complete(self, messages: list[dict], max_tokens: int = 512) -> str: ...
 
 
+class LLMEndpointError(MedReCoError, ValueError):
+    """An endpoint URL the OpenAI-compatible backend refuses to send reports (and a key) to:
+    plain HTTP to a host other than loopback, a scheme other than http(s), credentials given twice."""
+
+
+class LLMRedirectError(LLMError):
+    """The endpoint answered with a redirect; redirects are not followed, so that the API key and
+    the reports never reach a server the user did not name."""
+
+
+# Query parameters whose values are credentials (api_key, key, token, access_token, X-Amz-Signature...)
+_SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|code", re.I)
+_SHORTEST_SCRUBBED_SECRET = 4  # shorter values would blank out ordinary words of a message
+
+
+def _redact_query(query: str) -> str:
+    pairs = []
+    for pair in query.split("&"):
+        name, equals, _ = pair.partition("=")
+        secret = equals and _SECRET_QUERY_NAME.search(urllib.parse.unquote_plus(name))
+        pairs.append(f"{name}=***" if secret else pair)
+    return "&".join(pairs)
+
+
+def redact_url(url: str) -> str:
+    """`url` fit for an error message, a log or a repr: user:password@ and the values of
+    credential-like query parameters replaced by ***, the fragment dropped."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: redact by pattern
+        url = re.sub(r"//[^/?#]*@", "//***@", url.split("#", 1)[0])
+        base, question, query = url.partition("?")
+        return base + question + _redact_query(query) if question else base
+    netloc = "***@" + parts.netloc.rpartition("@")[2] if "@" in parts.netloc else parts.netloc
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, _redact_query(parts.query), ""))
+
+
+def _is_loopback(host: str | None) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (also as an IPv4-mapped address)."""
+    if not host:
+        return False
+    host = host.rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _chat_completions_url(base_url: str) -> str:
+    """`base_url` with `/chat/completions` appended to its path (a query such as `?api-version=` kept)."""
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+    except ValueError:  # refused, with a redacted message, by OpenAIChatBackend
+        return base_url.rstrip("/") + "/chat/completions"
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Raises `LLMRedirectError` on every 3xx redirect instead of following it (urllib's default
+    handler re-sends the Authorization header to whatever host the Location names)."""
+
+    def http_error_302(self, req, fp, code, msg, headers):
+        location = headers.get("Location") or headers.get("URI")
+        target = redact_url(urllib.parse.urljoin(req.full_url, location)) if location else "no Location given"
+        fp.close()
+        raise LLMRedirectError(
+            f"{redact_url(req.full_url)} answered HTTP {code}, a redirect ({target}); redirects are not "
+            "followed (they would carry the API key to another server): set base_url to the final address"
+        )
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
 class OpenAIChatBackend(ChatBackend):
     """An OpenAI-compatible `/chat/completions` endpoint. Greedy decoding (temperature 0).
 
+    api_key: sent as `Authorization: Bearer`; credentials in the URL (`https://user:pass@host`)
+    are sent as HTTP basic authentication instead, and key-like query parameters (`?api_key=`)
+    are kept. Credentials never appear in errors, logs or the repr, and redirects are refused
+    (`LLMRedirectError`) rather than followed with the key.
+    allow_insecure_http: plain `http://` is accepted for loopback only (localhost, 127.0.0.0/8,
+    ::1); True also allows it to other hosts, sending the key and the reports unencrypted.
     max_retries/backoff: retries on connection errors, 429 and 5xx with exponential backoff;
     requests_per_second: a client-side rate limit shared by the threads using this backend."""
 
@@ -133,12 +220,63 @@ class OpenAIChatBackend(ChatBackend):
         max_retries: int = 4,
         backoff: float = 1.0,
         requests_per_second: float | None = None,
+        allow_insecure_http: bool = False,
     ):
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        endpoint = _chat_completions_url(base_url)
+        self.url = redact_url(endpoint)  # for messages; the request goes to self._endpoint
+        self._endpoint, userinfo_auth, self._secrets = self._parse_endpoint(endpoint, allow_insecure_http)
+        if api_key and userinfo_auth:
+            raise LLMEndpointError(f"{self.url}: credentials both in the URL and in api_key; give only api_key")
         self.model, self.api_key, self.timeout = model, api_key, timeout
+        self._authorization = f"Bearer {api_key}" if api_key else userinfo_auth
+        if api_key:
+            self._secrets.append(api_key)
         self.max_retries, self.backoff = max_retries, backoff
         self.min_interval = 1.0 / requests_per_second if requests_per_second else 0.0
         self._lock, self._last = threading.Lock(), 0.0
+        self._opener = urllib.request.build_opener(_RefuseRedirects())
+
+    def _parse_endpoint(self, endpoint: str, allow_insecure_http: bool) -> tuple[str, str | None, list[str]]:
+        """The URL to send to (without user:password@), the basic-auth header its user:password@
+        gives, and the secret strings to keep out of messages."""
+        try:
+            parts = urllib.parse.urlsplit(endpoint)
+            _ = parts.port  # raises ValueError on a malformed port
+        except ValueError as error:
+            raise LLMEndpointError(f"{self.url}: not a valid URL ({error})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LLMEndpointError(f"{self.url}: not an http:// or https:// URL with a host")
+        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+            if not allow_insecure_http:
+                raise LLMEndpointError(
+                    f"{self.url}: plain HTTP to a host other than loopback would send the API key and the "
+                    "reports unencrypted; use https://, or allow_insecure_http=True on a network you trust"
+                )
+            logger.warning("sending reports to %s over unencrypted HTTP (allow_insecure_http)", self.url)
+        secrets = [
+            value
+            for pair in parts.query.split("&")
+            for name, _, value in [pair.partition("=")]
+            if value and _SECRET_QUERY_NAME.search(urllib.parse.unquote_plus(name))
+        ]
+        secrets += [urllib.parse.unquote_plus(value) for value in secrets]
+        authorization = None
+        if "@" in parts.netloc:
+            user, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+            secrets += [parts.netloc.rpartition("@")[0], user, password]
+            authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+            parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+        return urllib.parse.urlunsplit(parts), authorization, secrets
+
+    def _scrub(self, text: str) -> str:
+        """`text` (an exception's message) with every credential of this backend replaced by ***."""
+        for secret in sorted(set(self._secrets), key=len, reverse=True):
+            if len(secret) >= _SHORTEST_SCRUBBED_SECRET:
+                text = text.replace(secret, "***")
+        return text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r}, model={self.model!r})"
 
     def _wait_for_slot(self) -> None:
         with self._lock:
@@ -151,15 +289,16 @@ class OpenAIChatBackend(ChatBackend):
         body = json.dumps(
             {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": max_tokens}
         ).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         last_error: Exception | None = None
         for attempt in range(self.max_retries + 1):
             self._wait_for_slot()
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            request = urllib.request.Request(
+                self._endpoint, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
+            if self._authorization:  # never copied onto a redirected request
+                request.add_unredirected_header("Authorization", self._authorization)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with self._opener.open(request, timeout=self.timeout) as response:
                     payload = json.loads(response.read())
                 return payload["choices"][0]["message"]["content"] or ""
             except urllib.error.HTTPError as error:
@@ -169,8 +308,12 @@ class OpenAIChatBackend(ChatBackend):
             except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError, KeyError) as error:
                 last_error = error
             if attempt < self.max_retries:
-                time.sleep(self.backoff * 2**attempt)
-        raise LLMError(f"{self.url}: no valid answer after {self.max_retries + 1} attempts ({last_error})")
+                delay = self.backoff * 2**attempt
+                logger.info("%s: %s, retrying in %.2f s", self.url, self._scrub(str(last_error)), delay)
+                time.sleep(delay)
+        raise LLMError(
+            f"{self.url}: no valid answer after {self.max_retries + 1} attempts ({self._scrub(str(last_error))})"
+        )
 
 
 class TransformersChatBackend(ChatBackend):
@@ -320,7 +463,9 @@ __all__ = [
     "CachedChat",
     "ChatBackend",
     "LLMDecomposer",
+    "LLMEndpointError",
     "LLMError",
+    "LLMRedirectError",
     "OpenAIChatBackend",
     "PROMPT_ABNORMALITY",
     "PROMPT_ANATOMY",
@@ -331,4 +476,5 @@ __all__ = [
     "TransformersChatBackend",
     "json_payload",
     "parse_json_answer",
+    "redact_url",
 ]

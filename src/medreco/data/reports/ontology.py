@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ...errors import MedReCoError
+
 LEVELS = ("anatomy", "abnormal", "disease")
 MODALITY_FAMILY = {
     "chest_xray": "CXR",
@@ -19,6 +21,56 @@ MODALITY_FAMILY = {
     "brain_mri": "BRAIN",
     "ultrasound": "US",
 }
+# Other names for the canonical modalities (case, spaces, hyphens and underscores do not matter),
+# DICOM Modality codes among them. MR is brain MRI: the vocabulary has no other MRI.
+MODALITY_ALIASES = {
+    "cxr": "chest_xray",
+    "chest x-ray": "chest_xray",
+    "chest xray": "chest_xray",
+    "xray": "chest_xray",
+    "x-ray": "chest_xray",
+    "CR": "chest_xray",
+    "DX": "chest_xray",
+    "MR": "brain_mri",
+    "MRI": "brain_mri",
+    "US": "ultrasound",
+}
+# Names that fit several canonical modalities: refused, naming the choices.
+AMBIGUOUS_MODALITIES = {"CT": ("chest_ct", "abdominal_ct")}
+
+
+class UnknownModalityError(MedReCoError, ValueError):
+    """A modality name that is neither canonical nor an alias of one, or that is ambiguous."""
+
+
+def _modality_key(name: str) -> str:
+    return re.sub(r"[\s_-]+", "_", name.strip().lower())
+
+
+_MODALITY_LOOKUP = {
+    **{_modality_key(alias): canonical for alias, canonical in MODALITY_ALIASES.items()},
+    **{_modality_key(canonical): canonical for canonical in MODALITY_FAMILY},
+}
+
+
+def canonical_modality(name: str) -> str:
+    """The canonical modality (`chest_xray`, ...) that `name` or its alias (`CXR`, `DX`, `MR`, `US`,
+    `chest x-ray`...) stands for; raises `UnknownModalityError` for an unknown or ambiguous name."""
+    key = _modality_key(name)
+    if key in _MODALITY_LOOKUP:
+        return _MODALITY_LOOKUP[key]
+    ambiguous = {_modality_key(alias): choices for alias, choices in AMBIGUOUS_MODALITIES.items()}
+    if key in ambiguous:
+        raise UnknownModalityError(
+            f"modality {name!r} is ambiguous: name the body part ({' or '.join(ambiguous[key])})"
+        )
+    aliases = "; ".join(
+        f"{', '.join(a for a, c in MODALITY_ALIASES.items() if c == canonical)} for {canonical}"
+        for canonical in dict.fromkeys(MODALITY_ALIASES.values())
+    )
+    raise UnknownModalityError(
+        f"unknown modality {name!r}; allowed: {', '.join(MODALITY_FAMILY)}, or an alias ({aliases})"
+    )
 
 
 @dataclass(frozen=True)
@@ -154,4 +206,14 @@ def entity_prompts() -> dict[str, str]:
     return {entity.id: entity.prompt for entity in Ontology.load().entities()}
 
 
-__all__ = ["LEVELS", "MODALITY_FAMILY", "Entity", "Ontology", "entity_prompts"]
+__all__ = [
+    "AMBIGUOUS_MODALITIES",
+    "LEVELS",
+    "MODALITY_ALIASES",
+    "MODALITY_FAMILY",
+    "Entity",
+    "Ontology",
+    "UnknownModalityError",
+    "canonical_modality",
+    "entity_prompts",
+]
