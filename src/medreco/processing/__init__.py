@@ -7,7 +7,7 @@ from .cache import TensorCache, content_digest
 from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
 from .image_processing_medreco import MedReCoImageProcessor, write_model_input
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
-from .privacy import IDENTIFYING_KEYWORDS, deidentify, deidentify_file, deidentify_tree
+from .privacy import IDENTIFYING_KEYWORDS, DeidentificationReport, deidentify, deidentify_file, deidentify_tree
 from .processing_medreco import CHAT_TEMPLATE, MedReCoProcessor, conversation
 from .processing_retrieval import MedReCoRetrievalProcessor
 from .readers import (
@@ -49,6 +49,7 @@ __all__ = [
     "TensorCache",
     "content_digest",
     "conversation",
+    "DeidentificationReport",
     "deidentify",
     "deidentify_file",
     "deidentify_tree",
