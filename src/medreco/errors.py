@@ -17,6 +17,19 @@ class TrainingDataError(MedReCoError, ValueError):
     """Missing or unusable training data; names the folder or file."""
 
 
+class TextFileError(MedReCoError, ValueError):
+    """A recipe, vocabulary, manifest or benchmark file that is not readable text."""
+
+
+def read_text_file(path: str | Path, what: str = "text file") -> str:
+    """The UTF-8 text of `path`; a binary file (an image given as a recipe) gets a typed error
+    naming it, not a codec message naming nothing."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TextFileError(f"{path}: not a {what} (not UTF-8 text)") from None
+
+
 class MedicalImageError(MedReCoError, ValueError):
     """A medical image could not be turned into model input. `path` names the file or folder."""
 
@@ -40,6 +53,15 @@ class MissingCodecError(UnsupportedImageError):
 
 class InvalidPixelDataError(MedicalImageError):
     """Pixel values that cannot be used: NaN or infinite values, an empty image."""
+
+
+class InvalidSpacingError(MedicalImageError):
+    """A pixel spacing, slice thickness or voxel size that is zero, negative, NaN, infinite or not a number."""
+
+
+class ImageTooLargeError(MedicalImageError):
+    """An image (or compressed data) larger than the reader's size limit: a decompression bomb or a damaged
+    header claiming a huge size. The message names the limit and the option that raises it."""
 
 
 class ModalityError(MedicalImageError):
@@ -73,7 +95,9 @@ class InconsistentGeometryError(SeriesError):
 __all__ = [
     "DuplicateSliceError",
     "InconsistentGeometryError",
+    "ImageTooLargeError",
     "InvalidPixelDataError",
+    "InvalidSpacingError",
     "MedReCoError",
     "MedicalImageError",
     "MissingCodecError",
@@ -81,8 +105,10 @@ __all__ = [
     "ModalityError",
     "MultipleSeriesError",
     "SeriesError",
+    "TextFileError",
     "TrainingDataError",
     "UnknownEntityError",
+    "read_text_file",
     "UnreadableImageError",
     "UnsupportedImageError",
 ]

@@ -1,4 +1,7 @@
+import logging
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -16,10 +19,11 @@ from medreco.errors import (
     MissingCodecError,
     MissingSliceError,
     MultipleSeriesError,
+    SeriesError,
     UnreadableImageError,
     UnsupportedImageError,
 )
-from medreco.processing import MedReCoImageProcessor, ReaderOptions, load_image
+from medreco.processing import MedReCoImageProcessor, ReaderOptions, list_dicom_series, load_image
 
 PYDICOM_FILES = sorted((Path(pydicom.__file__).parent / "data" / "test_files").glob("*"))
 NIBABEL_FILES = sorted(
@@ -139,8 +143,71 @@ def test_two_series_in_one_folder(tmp_path):
     with pytest.raises(MultipleSeriesError) as caught:
         load_image(tmp_path / "s")
     assert sorted(s["series_number"] for s in caught.value.series) == [3, 5]
-    assert "Zebedee" not in str(caught.value)
+    assert [s["selector"] for s in caught.value.series] == ["3", "5"]
+    assert "[3] series 3" in caught.value.problem and "--series" in caught.value.problem
+    assert_no_identifying_values(str(caught.value))
     assert load_image(tmp_path / "s", ReaderOptions(series=5)).array.max() == 100
+    assert load_image(tmp_path / "s", ReaderOptions(series="5")).array.max() == 100  # as the CLI passes it
+    with pytest.raises(SeriesError, match=r"no series number 4 here; found \[3\] series 3"):
+        load_image(tmp_path / "s", ReaderOptions(series=4))
+
+
+def assert_no_identifying_values(text: str) -> None:
+    """None of the fake patient's identifying values (names, IDs, dates) in `text`."""
+    for value in ("Zebedee", "Quixote", "PID-99173", "19421107", "St Elsewhere", "ACC-55510", "20000101"):
+        assert value not in text
+
+
+def _drop_series_number(files: list[Path]) -> None:
+    for file in files:
+        dataset = pydicom.dcmread(file)
+        del dataset.SeriesNumber
+        dataset.save_as(file)
+
+
+def test_series_without_series_numbers_are_selectable(tmp_path):
+    _drop_series_number(write_series(tmp_path / "s" / "a", box_phantom()))
+    _drop_series_number(write_series(tmp_path / "s" / "b", box_phantom(inside=100)))
+    uid_b = str(pydicom.dcmread(next((tmp_path / "s" / "b").iterdir())).SeriesInstanceUID)
+    with pytest.raises(MultipleSeriesError) as caught:
+        load_image(tmp_path / "s")
+    listing = caught.value.series
+    assert [s["series_number"] for s in listing] == [None, None]
+    selectors = [s["selector"] for s in listing]
+    assert all(selector.startswith("key:") for selector in selectors) and len(set(selectors)) == 2
+    assert all(f"[{selector}] no SeriesNumber" in caught.value.problem for selector in selectors)
+    assert uid_b not in str(caught.value)  # UIDs are pseudonymised on export: never shown
+    assert_no_identifying_values(str(caught.value))
+    maxima = sorted(load_image(tmp_path / "s", ReaderOptions(series=selector)).array.max() for selector in selectors)
+    assert maxima == [100, 400]
+    assert load_image(tmp_path / "s", ReaderOptions(series=uid_b)).array.max() == 100
+    assert load_image(tmp_path / "s", ReaderOptions(series=uid_b[:-3])).array.max() == 100  # a unique start
+    assert [s["selector"] for s in list_dicom_series(tmp_path / "s")] == selectors
+    with pytest.raises(SeriesError, match="neither a SeriesNumber"):
+        load_image(tmp_path / "s", ReaderOptions(series="CT"))
+
+
+def test_series_sharing_a_series_number_are_told_apart(tmp_path):
+    write_series(tmp_path / "s" / "a", box_phantom(), series_number=1)
+    write_series(tmp_path / "s" / "b", box_phantom(inside=100), series_number=1)
+    with pytest.raises(MultipleSeriesError, match=r"2 series match series number 1: \[key:") as caught:
+        load_image(tmp_path / "s", ReaderOptions(series=1))
+    keys = [s["selector"] for s in caught.value.series]
+    assert sorted(load_image(tmp_path / "s", ReaderOptions(series=key)).array.max() for key in keys) == [100, 400]
+
+
+def test_non_image_and_unreadable_files_in_a_series_folder(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    shutil.copy(Path(pydicom.__file__).parent / "data" / "test_files" / "rtplan.dcm", tmp_path / "s" / "plan.dcm")
+    (tmp_path / "s" / "notes.txt").write_text("not an image")
+    image = load_image(tmp_path / "s")
+    assert image.shape == (20, 40, 50)
+    assert any("without an image" in w for w in image.warnings)
+    assert any("1 unreadable or non-DICOM file(s) ignored (notes.txt: not a DICOM file" in w for w in image.warnings)
+    files[7].write_bytes(files[7].read_bytes()[:300])  # a damaged slice shows as a gap: say why
+    skipped = r"a damaged slice\? 2 unreadable file\(s\) were skipped: slice_0007\.dcm: truncated"
+    with pytest.raises(MissingSliceError, match=skipped):
+        load_image(tmp_path / "s")
 
 
 def test_truncated_and_random_files(tmp_path):
@@ -172,7 +239,7 @@ def test_nan_volumes(tmp_path):
 def test_4d_nifti_needs_an_explicit_volume(tmp_path):
     data = np.stack([np.zeros((3, 4, 5)), np.ones((3, 4, 5))], axis=-1).astype(np.float32)
     nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "4d.nii.gz")
-    with pytest.raises(UnsupportedImageError, match="4D image with 2 volumes"):
+    with pytest.raises(UnsupportedImageError, match="4D image with 2 volumes; choose one"):
         load_image(tmp_path / "4d.nii.gz")
     assert load_image(tmp_path / "4d.nii.gz", ReaderOptions(volume_index=1)).array.min() == 1
 
@@ -198,6 +265,64 @@ def test_monochrome1_is_inverted_to_match_monochrome2(tmp_path):
     inverted, plain = load_image(tmp_path / "m1.dcm"), load_image(tmp_path / "m2.dcm")
     np.testing.assert_allclose(inverted.array, plain.array)
     assert "MONOCHROME1 inverted" in inverted.warnings[0] and plain.array[0, -1, -1] > plain.array[0, 0, 0]
+    # the window is mirrored with the values: (c - high, c - low) with c = 4095 for 12-bit data
+    assert plain.display_window == (0.0, 4096.0) and inverted.display_window == (-1.0, 4095.0)
+
+
+def test_decoder_failures_reach_the_user_as_one_clean_error(capfd, caplog):
+    """pydicom's decoders log tracebacks before raising: none reaches stderr or the log; the typed error
+    carries the hint (12-bit JPEG needs pylibjpeg-libjpeg or GDCM)."""
+    handler = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(handler)
+    try:
+        for name in ("JPEG-lossy.dcm", "GDCMJ2K_TextGBR.dcm"):
+            path = Path(pydicom.data.get_testdata_file(name))
+            try:
+                load_image(path)
+            except MissingCodecError as error:
+                assert "12-bit" in error.problem and "pylibjpeg" in error.problem and "gdcm" in error.problem
+            except UnreadableImageError as error:
+                assert "cannot decode" in error.problem and name in str(error)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err + captured.out and "pydicom" not in captured.err
+    assert not [r for r in caplog.records if r.name.startswith(("pydicom", "nibabel"))]
+
+
+def test_reader_notes_are_warnings_on_the_image_and_in_the_info_log(tmp_path, caplog):
+    """On the image for the caller (`medreco preprocess` prints them); logged at INFO only, so an
+    archive of PNGs does not log one line per image (`-v` shows them)."""
+    from PIL import Image
+
+    Image.fromarray(np.arange(60 * 80, dtype=np.uint8).reshape(60, 80)).convert("RGB").save(tmp_path / "us.png")
+    with caplog.at_level(logging.INFO, logger="medreco.processing.readers"):
+        image = load_image(tmp_path / "us.png")
+    assert image.warnings == [
+        "RGB colour converted to greyscale luminance",
+        "no pixel spacing in PNG/JPEG: 1 mm assumed",
+    ]
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert logged == [f"{tmp_path / 'us.png'}: {note}" for note in image.warnings]
+
+
+def test_hints_name_python_options_and_only_existing_cli_flags(tmp_path):
+    files = write_series(tmp_path / "s", box_phantom())
+    for file in files[10:]:
+        dataset = pydicom.dcmread(file)
+        dataset.ImagePositionPatient[2] += 0.5
+        dataset.save_as(file)
+    with pytest.raises(InconsistentGeometryError) as caught:
+        load_image(tmp_path / "s")
+    assert "ReaderOptions(allow_uneven_spacing=True)" in caught.value.problem and "--" not in caught.value.problem
+    data = np.stack([np.zeros((3, 4, 5)), np.ones((3, 4, 5))], axis=-1).astype(np.float32)
+    nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "4d.nii")
+    with pytest.raises(UnsupportedImageError, match=r"ReaderOptions\(volume_index=N\), or --volume-index N"):
+        load_image(tmp_path / "4d.nii")
+    data[0, 0, 0, 0] = np.nan
+    nib.save(nib.Nifti1Image(data[..., 0], np.eye(4)), tmp_path / "nan.nii")
+    with pytest.raises(InvalidPixelDataError, match=r"ReaderOptions\(nan_policy='zero'\).*--nan-policy zero"):
+        load_image(tmp_path / "nan.nii")
 
 
 def test_missing_codec_names_the_plugin_to_install():

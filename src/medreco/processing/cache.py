@@ -19,7 +19,7 @@ from ..atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT_VERSION = "1"
+CACHE_FORMAT_VERSION = "2"  # 2: MONOCHROME1 windowing fixed, so tensors of such images changed
 _CHUNK = 1 << 20
 
 

@@ -41,8 +41,10 @@ class MedicalImage:
     """A loaded image: float32 `array` (D, H, W), its geometry and non-identifying metadata.
 
     modality: the file's DICOM modality code (CT, MR, CR, DX, US, ...) or "" when unknown.
-    warnings: things a user should know (assumed spacing, colour converted, frames without positions).
-    display_window: the file's own intensity window (DICOM VOI window, or the PNG bit range), if any."""
+    warnings: things a user should know (assumed spacing, colour converted, frames without positions);
+      the readers also log each one at WARNING level on the `medreco.processing.readers` logger.
+    display_window: the file's own intensity window (DICOM VOI window, or the PNG bit range), if any, in
+      the values of `array` (for MONOCHROME1, inverted together with the pixel values)."""
 
     array: np.ndarray
     geometry: ImageGeometry

@@ -220,7 +220,9 @@ def write_model_input(
     """Read and preprocess one image with the default recipes and save its tensor as safetensors
     (key `pixel_values`, the modality in the metadata), written atomically; returns the tensor."""
     processor = MedReCoImageProcessor()
-    tensor = processor.preprocess_one(load_image(image, options or ReaderOptions()), modality)
+    if not isinstance(image, MedicalImage):
+        image = load_image(image, options or ReaderOptions())
+    tensor = processor.preprocess_one(image, modality)
     metadata = {"modality": modality, "modality_id": str(processor.modality_id(modality))}
     with atomic_path(out) as temporary:
         save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
