@@ -6,22 +6,28 @@ is a real, separate process that `fault_point` can kill with SIGKILL, at the cos
 never runs torch itself before forking (a forked child inherits no thread pools).
 
 Protocol: one JSON request per line on stdin, {"argv": [...]} (the `medreco` command line) or
-{"call": "module:function", "args": [...]}, with optional "env" (set in the child only) and
-"log" (the child's stdout and stderr); one JSON line back per request: {"code", "signal"}."""
+{"call": "module:function", "args": [...]}, with optional "env" (set in the child only), "log"
+(the child's stderr, and its stdout unless "stdout" names another file); one JSON line back per
+request: {"code", "signal"}."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import subprocess
 import sys
 import traceback
+from pathlib import Path
+
+from medreco.atomic import FAULT_LOG_ENV, KILL_AT_STEP_ENV
 
 
 def _child(request: dict) -> int:
     os.environ.update(request.get("env", {}))
-    log = os.open(request.get("log", os.devnull), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(log, 1)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    log = os.open(request.get("log", os.devnull), flags)
+    os.dup2(os.open(request["stdout"], flags) if "stdout" in request else log, 1)
     os.dup2(log, 2)
     try:
         if "argv" in request:
@@ -30,6 +36,8 @@ def _child(request: dict) -> int:
             return main(request["argv"])
         module, function = request["call"].split(":")
         return getattr(importlib.import_module(module), function)(*request.get("args", [])) or 0
+    except SystemExit as exit_:  # argparse's usage errors, as the `medreco` script would exit
+        return exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:
         traceback.print_exc()
         return 1
@@ -84,6 +92,30 @@ def train_with_checkpoints(out: str, steps: int) -> int:
         manager.save(model, optimizer, scheduler, state)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(Path(out) / "final.safetensors"))
     return 0
+
+
+class WarmRunner:
+    """The client: starts `serve` in a new process; `run` has it fork one child per request
+    (with `kill_at`, killed before that commit step; with `count`, its steps logged there)."""
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def run(self, request: dict, log: Path, kill_at: int | None = None, count: Path | None = None) -> dict:
+        env = dict(request.get("env", {}))
+        if count is not None or kill_at is not None:
+            env[FAULT_LOG_ENV] = str(count or log.with_suffix(".steps"))
+        if kill_at is not None:
+            env[KILL_AT_STEP_ENV] = str(kill_at)
+        self.process.stdin.write(json.dumps({**request, "env": env, "log": str(log)}) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
@@ -21,7 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 import medreco
-from medreco.atomic import FAULT_LOG_ENV, KILL_AT_STEP_ENV
+from fault_runner import WarmRunner
 from medreco.data.mining import MinedData
 from medreco.data.phantom import PhantomConfig, generate_cohort
 from medreco.errors import TrainingDataError
@@ -29,35 +27,10 @@ from medreco.factory import bundled_text_encoder_path
 from medreco.processing import MedReCoImageProcessor
 from toy_mined import RECIPES
 
-RUNNER = Path(__file__).with_name("fault_runner.py")
-
-
-class Runner:
-    """The warm process of fault_runner.py; `run` forks one child per request."""
-
-    def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-
-    def run(self, request: dict, log: Path, kill_at: int | None = None, count: Path | None = None) -> dict:
-        env = {}
-        if count is not None or kill_at is not None:
-            env[FAULT_LOG_ENV] = str(count or log.with_suffix(".steps"))
-        if kill_at is not None:
-            env[KILL_AT_STEP_ENV] = str(kill_at)
-        self.process.stdin.write(json.dumps({**request, "env": env, "log": str(log)}) + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
 
 @pytest.fixture(scope="module")
 def runner():
-    runner = Runner()
+    runner = WarmRunner()
     yield runner
     runner.close()
 
@@ -111,7 +84,7 @@ def archive(toy, tmp_path_factory):
     rows = [{"study_id": s, "image": data.studies[s].image, "modality": "chest_xray"} for s in sorted(data.studies)]
     broken = root / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
-    rows = rows[:9] + [{"study_id": "broken", "image": str(broken), "modality": "chest_xray"}]
+    rows = [*rows[:9], {"study_id": "broken", "image": str(broken), "modality": "chest_xray"}]
     manifest = root / "manifest.jsonl"
     manifest.write_text("".join(json.dumps({**r, "report": "No finding.", "patient_id": "p"}) + "\n" for r in rows))
     return model_dir, manifest
@@ -120,8 +93,20 @@ def archive(toy, tmp_path_factory):
 def test_a_killed_index_build_resumes_to_exactly_the_uninterrupted_index(runner, archive, tmp_path):
     model, manifest = archive
     request = {
-        "argv": ["index", "--model", str(model), "--manifest", str(manifest), "--out", "{folder}"]
-        + ["--entity", "Pleural effusion", "--commit-every", "3", "--quiet"]
+        "argv": [
+            "index",
+            "--model",
+            str(model),
+            "--manifest",
+            str(manifest),
+            "--out",
+            "{folder}",
+            "--entity",
+            "Pleural effusion",
+            "--commit-every",
+            "3",
+            "--quiet",
+        ]
     }
 
     def check(folder: Path, reference: Path, killed: bool) -> None:

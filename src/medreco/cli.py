@@ -96,9 +96,15 @@ def _push(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ images
+SERIES_HELP = (
+    "in a folder with several series: its SeriesNumber, SeriesInstanceUID (or its start), "
+    "or the key:... selector `medreco inspect FOLDER` lists"
+)
+
+
 def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path")
-    parser.add_argument("--series", type=int, help="series number, in a folder with several series")
+    parser.add_argument("--series", help=SERIES_HELP)
     parser.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
     parser.add_argument("--json", action="store_true")
 
@@ -112,7 +118,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if path.is_dir():
         report["series"] = list_dicom_series(path)
         if len(report["series"]) > 1 and args.series is None:
-            report["note"] = "several series: pass --series N to inspect one"
+            report["note"] = "several series: pass --series SELECTOR (listed in brackets) to inspect one"
             return _print_report(report, args.json)
     image = load_image(path, ReaderOptions(series=args.series, volume_index=args.volume_index))
     report.update(image.describe())
@@ -127,7 +133,7 @@ def _print_report(report: dict, as_json: bool) -> int:
         if key == "series":
             print("series:")
             for item in value:
-                print(f"  #{item['series_number']}: {item['modality']} {item['files']} file(s) {item['description']!r}")
+                print(f"  [{item['selector']}] {item['modality']} {item['files']} file(s) {item['description']!r}")
         elif key == "warnings":
             for warning in value:
                 print(f"warning: {warning}")
@@ -140,17 +146,20 @@ def _preprocess_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path")
     parser.add_argument("--modality", required=True, help="modality family, e.g. chest_ct or chest_xray")
     parser.add_argument("--out", required=True, help="output .safetensors file")
-    parser.add_argument("--series", type=int)
+    parser.add_argument("--series", help=SERIES_HELP)
     parser.add_argument("--volume-index", type=int)
     parser.add_argument("--nan-policy", choices=["raise", "zero"], default="raise")
 
 
 def _preprocess(args: argparse.Namespace) -> int:
     """The model-ready tensor of one input, as safetensors with key `pixel_values`."""
-    from .processing import ReaderOptions, write_model_input
+    from .processing import ReaderOptions, load_image, write_model_input
 
     options = ReaderOptions(series=args.series, volume_index=args.volume_index, nan_policy=args.nan_policy)
-    tensor = write_model_input(args.path, args.modality, args.out, options)
+    image = load_image(args.path, options)
+    tensor = write_model_input(image, args.modality, args.out)
+    for warning in image.warnings:  # assumed spacing, replaced NaNs...: the user decides if it matters
+        print(f"medreco preprocess: warning: {warning}", file=sys.stderr)
     print(f"{args.out}: pixel_values {tuple(tensor.shape)}")
     return 0
 
@@ -158,15 +167,19 @@ def _preprocess(args: argparse.Namespace) -> int:
 def _deidentify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a DICOM file or a folder")
     parser.add_argument("destination", help="output file or folder")
-    parser.add_argument("--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable")
+    parser.add_argument(
+        "--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable (set your own)"
+    )
 
 
 def _deidentify(args: argparse.Namespace) -> int:
-    """Copy DICOM files with identifying attributes removed and UIDs pseudonymised."""
+    """Copy DICOM files de-identified to the DICOM PS3.15 Basic Profile (UIDs pseudonymised)."""
     from .processing import deidentify_tree
 
-    count = deidentify_tree(args.source, args.destination, salt=args.salt)
-    print(f"{count} file(s) written under {args.destination}")
+    report = deidentify_tree(args.source, args.destination, salt=args.salt)
+    print(f"{len(report.written)} file(s) written under {args.destination}, {len(report.skipped)} skipped")
+    for relative, reason in report.skipped:
+        print(f"  skipped {relative}: {reason}")
     return 0
 
 
@@ -606,10 +619,17 @@ COMMANDS: list[Command] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors in one line (like every other failure) instead of the usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="medreco", description="Comparative reasoning in radiology.")
+    parser = _Parser(prog="medreco", description="Comparative reasoning in radiology.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, help_text, add_arguments, handler in COMMANDS:
         command = commands.add_parser(name, help=help_text)
         add_arguments(command)
@@ -617,25 +637,79 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def failure_line(error: BaseException) -> str:
+    """One line naming the path and the problem, for an expected failure."""
+    if isinstance(error, ModuleNotFoundError):
+        extra = {"accelerate": "train", "trl": "train", "peft": "train", "faiss": "index", "matplotlib": "ui"}
+        hint = extra.get((error.name or "").split(".")[0])
+        advice = f'pip install "medreco[{hint}]"' if hint else f"pip install {error.name}"
+        return f"needs the package {error.name!r} ({advice})"
+    if isinstance(error, OSError) and error.filename is not None:
+        paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+        text = f"{paths}: {error.strerror or error.__class__.__name__}"
+    else:
+        text = str(error) or error.__class__.__name__
+    return " ".join(text.split())  # messages listing several items fold into the one line
+
+
+OUTPUT_ARGUMENTS = ("out", "plot", "destination", "pseudonyms")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse an output that cannot be written before any work is done: its nearest existing
+    ancestor must be a writable folder (a file there, or a read-only folder, is found in a second,
+    not after an hour of encoding)."""
+    import errno
+    import os
+
+    for name in OUTPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        if not value:
+            continue
+        ancestor = Path(value).absolute().parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file, so nothing can be written under it", str(ancestor))
+        if not os.access(ancestor, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(ancestor))
+
+
+def _hide_library_progress_bars() -> None:
+    """Hugging Face's own bars ("Loading weights", "Writing model shards") say nothing a user acts
+    on; ours (encoding, training, mining) stay. `-v` shows them all."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when the libraries are imported
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `medreco` command: every failure a user can cause (a bad argument, a missing, damaged or
+    unwritable path, a missing package) ends with exit status 2 and one line on stderr naming the
+    path and the problem; an interruption with 130. Anything else is a bug and shows its traceback."""
     from .errors import MedReCoError
 
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        _hide_library_progress_bars()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
+        check_output_paths(args)
         return args.handler(args)
-    except ModuleNotFoundError as error:
-        extra = {"accelerate": "train", "trl": "train", "peft": "train", "faiss": "index", "matplotlib": "ui"}
-        hint = extra.get((error.name or "").split(".")[0])
-        advice = f'pip install "medreco[{hint}]"' if hint else f"pip install {error.name}"
-        print(f"medreco {args.command}: error: needs the package {error.name!r} ({advice})", file=sys.stderr)
+    except (MedReCoError, ValueError, OSError, ImportError) as error:
+        print(f"medreco {args.command}: error: {failure_line(error)}", file=sys.stderr)
         return 2
-    except (MedReCoError, ValueError) as error:
-        # one line naming the file and the problem; exit code 2, like argparse's usage errors
-        print(f"medreco {args.command}: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(
+            f"medreco {args.command}: interrupted (what was committed is kept; run it again to resume)", file=sys.stderr
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_path
+from ..errors import read_text_file
 from .mining.pipeline import ManifestError
 
 
@@ -165,7 +166,7 @@ def mmxu(jsonl_path: str | Path) -> list[ChoiceQuestion]:
     if not path.exists():
         raise ManifestError(f"{path}: no such file")
     items = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text_file(path, "MMXU JSONL file").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -231,7 +232,7 @@ def cxr_align(json_path: str | Path, source: str = "mimic") -> list[NegationCase
     """`cxr-align.json`: task A prefers `report` over `negated`, task B over `omitted`."""
     path = Path(json_path)
     try:
-        data = json.loads(path.read_text())[source]
+        data = json.loads(read_text_file(path, "JSON file"))[source]
     except FileNotFoundError:
         raise ManifestError(f"{path}: no such file") from None
     except (json.JSONDecodeError, KeyError) as error:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..errors import MedReCoError
+from ..errors import MedReCoError, read_text_file
 
 
 class RecipeError(MedReCoError, ValueError):
@@ -185,7 +185,7 @@ def read_recipe(name_or_path: str | Path, relative_to: Path | None = None, _chai
     if path.resolve() in _chain:
         raise RecipeError(f"{path}: recipes extend each other in a circle")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(read_text_file(path, "recipe (YAML)")) or {}
     except yaml.YAMLError as error:
         raise RecipeError(f"{path}: not valid YAML ({error})") from error
     if not isinstance(document, dict):

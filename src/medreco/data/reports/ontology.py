@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ...errors import MedReCoError
+from ...errors import MedReCoError, TextFileError, read_text_file
 
 LEVELS = ("anatomy", "abnormal", "disease")
 MODALITY_FAMILY = {
@@ -110,7 +110,10 @@ class Ontology:
         entities, modalities = cls._parse(data)
         ontology = cls(entities, modalities)
         if extra is not None:
-            ontology.extend(json.loads(Path(extra).read_text()))
+            try:
+                ontology.extend(json.loads(read_text_file(extra, "vocabulary (JSON)")))
+            except json.JSONDecodeError as error:
+                raise TextFileError(f"{extra}: not valid JSON ({error.msg}, line {error.lineno})") from None
         return ontology
 
     @staticmethod

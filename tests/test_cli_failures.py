@@ -1,0 +1,196 @@
+"""Every `medreco` subcommand, given a missing path, a folder where a file is expected (or a file
+where a folder is), an output it cannot write and an input of the wrong kind, exits with status 2
+and one line naming the path: never a traceback.
+
+Each case is a real process (forked from one warm process, fault_runner.py), so what reaches
+stderr is exactly what a user sees, logging included."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fault_runner import WarmRunner
+from hub_ready import write_png
+
+# (subcommand, failure, argv); {missing} {folder} {file} {text} {unwritable} {png} {toy}
+# {retrieval} {vlm} {index} {out} are filled in by the `places` fixture. The path the error must
+# name is the placeholder's.
+CASES = [
+    ("export", "missing", ["export", "{missing}", "--out", "{out}"]),
+    ("export", "folder", ["export", "{folder}", "--out", "{out}"]),
+    ("export", "wrong kind", ["export", "{text}", "--out", "{out}"]),
+    ("export", "unwritable", ["export", "{retrieval}", "--out", "{unwritable}"]),
+    ("push", "missing", ["push", "{missing}", "--repo-id", "org/name"]),
+    ("push", "folder", ["push", "{folder}", "--repo-id", "org/name"]),
+    ("push", "wrong kind", ["push", "{text}", "--repo-id", "org/name"]),
+    ("inspect", "missing", ["inspect", "{missing}"]),
+    ("inspect", "folder", ["inspect", "{folder}"]),
+    ("inspect", "wrong kind", ["inspect", "{text}"]),
+    ("preprocess", "missing", ["preprocess", "{missing}", "--modality", "chest_xray", "--out", "{out}"]),
+    ("preprocess", "folder", ["preprocess", "{folder}", "--modality", "chest_xray", "--out", "{out}"]),
+    ("preprocess", "wrong kind", ["preprocess", "{text}", "--modality", "chest_xray", "--out", "{out}"]),
+    ("preprocess", "unwritable", ["preprocess", "{png}", "--modality", "chest_xray", "--out", "{unwritable}"]),
+    ("deidentify", "missing", ["deidentify", "{missing}", "{out}"]),
+    ("deidentify", "folder", ["deidentify", "{folder}", "{out}"]),
+    ("deidentify", "wrong kind", ["deidentify", "{text}", "{out}"]),
+    ("phantom", "file", ["phantom", "--out", "{file}", "--patients", "1", "--size", "tiny"]),
+    ("phantom", "unwritable", ["phantom", "--out", "{unwritable}", "--patients", "1", "--size", "tiny"]),
+    ("entities", "missing", ["entities", "--extra", "{missing}"]),
+    ("entities", "folder", ["entities", "--extra", "{folder}"]),
+    ("entities", "wrong kind", ["entities", "--extra", "{png}"]),
+    ("mine", "missing", ["mine", "{missing}", "--out", "{out}"]),
+    ("mine", "folder", ["mine", "{folder}", "--out", "{out}"]),
+    ("mine", "wrong kind", ["mine", "{png}", "--out", "{out}"]),
+    ("mine", "unwritable", ["mine", "{manifest}", "--out", "{unwritable}"]),
+    ("train", "missing", ["train", "stage1", "--config", "{missing}"]),
+    ("train", "folder", ["train", "stage1", "--config", "{folder}"]),
+    ("train", "wrong kind", ["train", "stage1", "--config", "{png}"]),
+    ("train", "missing", ["train", "stage1", "--config", "tiny", "--mined", "{missing}", "--out", "{out}"]),
+    ("index", "missing", ["index", "--model", "{missing}", "--mined", "{toy}", "--out", "{out}"]),
+    ("index", "folder", ["index", "--model", "{folder}", "--mined", "{toy}", "--out", "{out}"]),
+    ("index", "wrong kind", ["index", "--model", "{text}", "--mined", "{toy}", "--out", "{out}"]),
+    ("index", "unwritable", ["index", "--model", "{retrieval}", "--mined", "{toy}", "--out", "{unwritable}"]),
+    (
+        "search",
+        "missing",
+        ["search", "{missing}", "--index", "{index}", "--model", "{retrieval}", "--modality", "chest_xray"],
+    ),
+    (
+        "search",
+        "folder",
+        ["search", "{folder}", "--index", "{index}", "--model", "{retrieval}", "--modality", "chest_xray"],
+    ),
+    (
+        "search",
+        "wrong kind",
+        ["search", "{text}", "--index", "{index}", "--model", "{retrieval}", "--modality", "chest_xray"],
+    ),
+    (
+        "search",
+        "missing",
+        ["search", "{png}", "--index", "{missing}", "--model", "{retrieval}", "--modality", "chest_xray"],
+    ),
+    (
+        "search",
+        "unwritable",
+        [
+            "search",
+            "{png}",
+            "--index",
+            "{index}",
+            "--model",
+            "{retrieval}",
+            "--modality",
+            "chest_xray",
+            "--plot",
+            "{unwritable}",
+        ],
+    ),
+    ("compare", "missing", ["compare", "{png}", "{png}", "--model", "{missing}", "--question", "Any change?"]),
+    ("compare", "folder", ["compare", "{png}", "{png}", "--model", "{folder}", "--question", "Any change?"]),
+    ("compare", "missing", ["compare", "{missing}", "{png}", "--model", "{vlm}", "--question", "Any change?"]),
+    ("compare", "wrong kind", ["compare", "{text}", "{png}", "--model", "{vlm}", "--question", "Any change?"]),
+    ("evaluate", "missing", ["evaluate", "--model", "{retrieval}", "--mined", "{missing}"]),
+    ("evaluate", "folder", ["evaluate", "--model", "{retrieval}", "--mined", "{folder}"]),
+    ("evaluate", "wrong kind", ["evaluate", "--model", "{text}", "--mined", "{toy}"]),
+    ("evaluate", "unwritable", ["evaluate", "--model", "{retrieval}", "--mined", "{toy}", "--out", "{unwritable}"]),
+    ("benchmark", "missing", ["benchmark", "mmxu", "--model", "{vlm}", "--data", "{missing}", "--images", "{folder}"]),
+    ("benchmark", "folder", ["benchmark", "mmxu", "--model", "{vlm}", "--data", "{folder}", "--images", "{folder}"]),
+    ("benchmark", "wrong kind", ["benchmark", "mmxu", "--model", "{vlm}", "--data", "{png}", "--images", "{folder}"]),
+    ("demo", "file", ["demo", "--out", "{file}", "--quick"]),
+    ("demo", "unwritable", ["demo", "--out", "{unwritable}", "--quick"]),
+    ("ablate", "file", ["ablate", "--out", "{file}"]),
+    ("manifest", "missing", ["manifest", "mimic-cxr", "{missing}", "--out", "{out}"]),
+    ("manifest", "file", ["manifest", "mimic-cxr", "{file}", "--out", "{out}"]),
+]
+PROGRESS_BAR = re.compile(r"\d+%\||it/s\]")  # a bar on stderr is progress, not a message
+NAMED = {"missing": "{missing}", "folder": "{folder}", "file": "{file}", "unwritable": "{blocker}"}
+
+
+@pytest.fixture(scope="module")
+def runner():
+    runner = WarmRunner()
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def places(toy, hub_ready, tmp_path_factory):
+    """The paths the cases refer to: broken ones, and valid inputs to reach the broken output."""
+    from medreco.data.mining import MinedData
+    from medreco.inference import index_archive
+
+    root = tmp_path_factory.mktemp("cli-failures")
+    (root / "empty-folder").mkdir()
+    (root / "a-file.txt").write_text("not a folder\n")
+    (root / "notes.txt").write_text("This is a note, not an image, model, manifest or recipe.\n")
+    blocker = root / "blocker"  # a file: nothing can be written under it, not even by root
+    blocker.write_text("")
+    data = MinedData(toy)
+    manifest = root / "manifest.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps({k: getattr(s, k) for k in ("image", "report", "patient_id", "modality")}) + "\n"
+            for s in list(data.studies.values())[:4]
+        )
+    )
+    index = root / "index"
+    index_archive(hub_ready["retrieval"], index, [vars(s) for s in data.studies.values()][:6], progress=False)
+    return {
+        "missing": str(root / "no-such-path"),
+        "folder": str(root / "empty-folder"),
+        "file": str(root / "a-file.txt"),
+        "text": str(root / "notes.txt"),
+        "blocker": str(blocker),
+        "unwritable": str(blocker / "out"),
+        "png": str(write_png(root / "image.png")),
+        "toy": str(toy),
+        "manifest": str(manifest),
+        "retrieval": str(hub_ready["retrieval"]),
+        "vlm": str(hub_ready["vlm"]),
+        "index": str(index),
+        "out": str(root / "out"),
+    }
+
+
+def _fill(text: str, places: dict) -> str:
+    for name, value in places.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+@pytest.mark.parametrize(("command", "failure", "argv"), CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_a_user_error_exits_2_with_one_line_naming_the_path(runner, places, tmp_path, command, failure, argv):
+    log = tmp_path / "stderr.log"
+    request = {"argv": [_fill(a, places) for a in argv], "env": {"HF_HUB_OFFLINE": "1"}}
+    outcome = runner.run({**request, "stdout": str(tmp_path / "stdout.log")}, log)
+    lines = [line for line in log.read_text().splitlines() if line.strip() and not PROGRESS_BAR.search(line)]
+    assert outcome == {"code": 2, "signal": None}, "\n".join(lines[-30:])
+    assert len(lines) == 1, "\n".join(lines)
+    assert lines[0].startswith(f"medreco {command}: error: ") and "Traceback" not in lines[0]
+    placeholder = NAMED.get(failure) or next(a for a in argv if a in ("{text}", "{png}"))
+    assert _fill(placeholder, places) in lines[0]
+    assert not Path(places["out"]).exists() or failure != "missing"
+
+
+def test_a_bad_option_value_is_one_line_too(runner, tmp_path):
+    log = tmp_path / "stderr.log"
+    assert runner.run(
+        {"argv": ["index", "--model", "m", "--mined", "x", "--out", "o", "--commit-every", "many"]}, log
+    ) == {
+        "code": 2,
+        "signal": None,
+    }
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and "--commit-every" in lines[0] and "many" in lines[0]
+
+
+def test_preprocess_shows_the_readers_warnings(runner, places, tmp_path):
+    log = tmp_path / "stderr.log"
+    argv = ["preprocess", places["png"], "--modality", "chest_xray", "--out", str(tmp_path / "x.safetensors")]
+    assert runner.run({"argv": argv, "stdout": str(tmp_path / "stdout.log")}, log)["code"] == 0
+    assert "medreco preprocess: warning: no pixel spacing in PNG/JPEG: 1 mm assumed" in log.read_text()
