@@ -351,7 +351,7 @@ def _index(args: argparse.Namespace) -> int:
     if args.mined:
         studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
     else:
-        studies = read_study_manifest(args.manifest)
+        studies = read_study_manifest(args.manifest, required=("image", "modality"))
     result = index_archive(args.model, args.out, studies, args.entity or (), not args.quiet, args.commit_every)
     print(json.dumps(result))
     if result["unreadable"]:

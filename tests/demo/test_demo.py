@@ -279,11 +279,10 @@ FULL_DEMO = os.environ.get("MEDRECO_FULL_DEMO")
     reason="the default demo takes ~14 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
 )
 def test_default_demo_results_mean_something(tmp_path):
-    """The README's claims on the default run: entity-conditioned Recall@1 beats holistic (patient-
-    clustered p < 0.05), and the VLM beats the majority-answer baseline on closed questions (clustered
-    p < 0.05). Since issue 21 the text-only baseline is fitted before the language-prior filter and
-    the test split is not filtered by it; the VLM is not significantly ahead of it (README), so that
-    is not claimed."""
+    """The README's claim on the default run: entity-conditioned Recall@1 beats holistic (patient-
+    clustered p < 0.05). The VLM is not claimed to beat anything: stage 2 lands near 42.5% or near
+    34.7% closed accuracy (the majority answer scores 34.5%) depending on small changes (README,
+    docs/demo.md); the test checks that the VQA evaluation is whole, with both baselines tested."""
     out = Path(FULL_DEMO) if FULL_DEMO not in ("1", "true") else tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
@@ -293,5 +292,5 @@ def test_default_demo_results_mean_something(tmp_path):
     assert overall["clustered_recall@1"]["entity vs holistic"]["p_value"] < 0.05
     closed = metrics["vqa"]["closed"]
     assert closed["scoring"] == "answer" and closed["vlm"]["questions"] >= 1000
-    majority = closed["baselines"]["majority"]
-    assert closed["vlm"]["accuracy"] > majority["accuracy"] and majority["clustered"]["p_value"] < 0.05
+    for baseline in ("majority", "text_only"):
+        assert 0 <= closed["baselines"][baseline]["clustered"]["p_value"] <= 1

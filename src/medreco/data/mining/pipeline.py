@@ -100,9 +100,10 @@ class MiningConfig:
             raise ValueError(f"similarity metrics {unknown or '(none)'} unknown; choose from {SIMILARITY_METRICS}")
 
 
-def read_study_manifest(path: str | Path) -> list[dict]:
+def read_study_manifest(path: str | Path, required: tuple[str, ...] = REQUIRED_COLUMNS) -> list[dict]:
     """Rows of a CSV or JSONL manifest, with `study_id` filled in, paths made absolute and modality
-    aliases (`CXR`, `DX`, `MR`, ...: `ontology.MODALITY_ALIASES`) replaced by canonical modalities."""
+    aliases (`CXR`, `DX`, `MR`, ...: `ontology.MODALITY_ALIASES`) replaced by canonical modalities.
+    `required`: the columns every row must fill (indexing needs only `image` and `modality`)."""
     path = Path(path)
     if not path.exists():
         raise ManifestError(f"{path}: no such manifest")
@@ -115,7 +116,7 @@ def read_study_manifest(path: str | Path) -> list[dict]:
     except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:
         raise ManifestError(f"{path}: not a readable CSV/JSONL manifest ({error.__class__.__name__})") from None
     for index, row in enumerate(rows):
-        missing = [c for c in REQUIRED_COLUMNS if not row.get(c)]
+        missing = [c for c in required if not row.get(c)]
         if missing:
             raise ManifestError(f"{path}: row {index + 1} lacks {', '.join(missing)}")
         try:
