@@ -183,6 +183,7 @@ class GalleryIndex:
         `unreadable()`. Returns how many studies were added."""
         if commit_every < 1:
             raise ValueError(f"commit_every must be at least 1, not {commit_every}")
+        remove_stale_temporaries(self.directory, recursive=True)  # what a killed writer left aside
         self._remove_unreferenced()
         known = {s for ids in self.meta["studies"].values() for s in ids}
         new = [i for i, s in enumerate(study_ids) if s not in known]
@@ -241,8 +242,7 @@ class GalleryIndex:
 
     def _remove_unreferenced(self) -> None:
         """Remove what `index.json` does not name: token files and caches of superseded or
-        uncommitted blocks, and temporary files of killed writers."""
-        remove_stale_temporaries(self.directory, recursive=True)
+        uncommitted blocks."""
         current = {self._tokens_path(m) for m in self.modalities()}
         for path in sorted((self.directory / "tokens").glob("*.safetensors")):
             if path not in current:
