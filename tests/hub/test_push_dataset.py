@@ -136,3 +136,16 @@ def test_reports_go_up_only_when_asked_and_a_model_folder_refuses_dataset_option
     with pytest.raises(ValueError, match="holds the pseudonyms of lab/first@main"):
         push_mined_dataset(toy, "lab/second", kept)  # refused before anything is read or sent
     assert json.loads(kept.read_text())["repo_id"] == "lab/first"
+
+
+def test_a_folder_whose_mining_did_not_finish_is_never_pushed(toy, tmp_path):
+    import shutil
+
+    from medreco.data.mining.sharing import shareable_tables
+    from medreco.errors import TrainingDataError
+
+    unfinished = tmp_path / "mined"
+    shutil.copytree(toy, unfinished)
+    (unfinished / "summary.json").unlink()  # what a kill between the table swaps leaves
+    with pytest.raises(TrainingDataError, match="mining did not finish"):
+        shareable_tables(unfinished)

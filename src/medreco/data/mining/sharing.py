@@ -24,7 +24,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from ...atomic import atomic_path
 from ...hub.push import HubPushError, PushResult, check_repo_id, upload_folder
-from .mined import MINED_TABLES, has_rows
+from .mined import MINED_TABLES, has_rows, read_mined_summary
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ def shareable_tables(mined_dir: str | Path, include_reports: bool = False) -> Sh
     mined_dir = Path(mined_dir)
     if not (mined_dir / "studies").is_dir():
         raise HubPushError(f"{mined_dir}: not a mined folder (no studies/ table; run `medreco mine`)")
+    read_mined_summary(mined_dir)  # a folder whose mining was interrupted is never pushed
     raw = {
         name: datasets.load_from_disk(str(mined_dir / name)).to_list()
         for name in MINED_TABLES
