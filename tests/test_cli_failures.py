@@ -106,6 +106,8 @@ CASES = [
     ("ablate", "file", ["ablate", "--out", "{file}"]),
     ("manifest", "missing", ["manifest", "mimic-cxr", "{missing}", "--out", "{out}"]),
     ("manifest", "file", ["manifest", "mimic-cxr", "{file}", "--out", "{out}"]),
+    ("accelerate-config", "file", ["accelerate-config", "deepspeed_zero3", "--out", "{file}"]),
+    ("accelerate-config", "unwritable", ["accelerate-config", "deepspeed_zero3", "--out", "{unwritable}"]),
 ]
 PROGRESS_BAR = re.compile(r"\d+%\||it/s\]")  # a bar on stderr is progress, not a message
 NAMED = {"missing": "{missing}", "folder": "{folder}", "file": "{file}", "unwritable": "{blocker}"}
@@ -187,6 +189,15 @@ def test_a_bad_option_value_is_one_line_too(runner, tmp_path):
     }
     lines = log.read_text().splitlines()
     assert len(lines) == 1 and "--commit-every" in lines[0] and "many" in lines[0]
+
+
+def test_an_unknown_launch_config_is_one_line_naming_it_and_the_choices(runner, tmp_path):
+    log = tmp_path / "stderr.log"
+    outcome = runner.run({"argv": ["accelerate-config", "zero9"], "stdout": str(tmp_path / "stdout.log")}, log)
+    assert outcome == {"code": 2, "signal": None}
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("medreco accelerate-config: error: 'zero9'")
+    assert "deepspeed_zero3" in lines[0] and (tmp_path / "stdout.log").read_text() == ""
 
 
 def test_preprocess_shows_the_readers_warnings(runner, places, tmp_path):

@@ -31,3 +31,29 @@ def test_the_citation_file_cites_the_paper_and_the_package():
 
 def test_the_package_ships_its_type_information():
     assert (Path(medreco.__file__).parent / "py.typed").exists()
+
+
+def test_the_wheel_holds_every_file_of_the_package_with_the_launch_configs(tmp_path):
+    """Data files (launch configs, recipes, tables) reach an installed package, not only a clone."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(ROOT / "src" / "medreco", tmp_path / "src" / "medreco", ignore=ignore)
+    build = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    result = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path / "dist")], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("medreco-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    source = {
+        p.relative_to(tmp_path / "src").as_posix() for p in (tmp_path / "src" / "medreco").rglob("*") if p.is_file()
+    }
+    assert source - shipped == set()
+    launch = {name for name in shipped if name.startswith("medreco/training/launch/")}
+    assert {"medreco/training/launch/deepspeed_zero3.json", "medreco/training/launch/fsdp.yaml"} <= launch

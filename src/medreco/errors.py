@@ -17,6 +17,11 @@ class TrainingDataError(MedReCoError, ValueError):
     """Missing or unusable training data; names the folder or file."""
 
 
+class LaunchConfigError(MedReCoError, ValueError):
+    """An unknown launch or DeepSpeed config name, a bad process count, or a launch config file
+    that would overwrite a different one; names the value and the choices."""
+
+
 class TextFileError(MedReCoError, ValueError):
     """A recipe, vocabulary, manifest or benchmark file that is not readable text."""
 
@@ -98,6 +103,7 @@ __all__ = [
     "ImageTooLargeError",
     "InvalidPixelDataError",
     "InvalidSpacingError",
+    "LaunchConfigError",
     "MedReCoError",
     "MedicalImageError",
     "MissingCodecError",

@@ -280,6 +280,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         if self.config.freeze_text_encoder:
             self.set_text_backbone_trainable(False)
 
+    def get_input_embeddings(self) -> nn.Module:
+        return self.text_encoder.backbone.get_input_embeddings()
+
     def get_image_tokens(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> MedReCoVisionOutput:
         return self.vision_model(pixel_values, modality_ids)
 

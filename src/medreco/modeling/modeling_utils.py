@@ -28,6 +28,11 @@ class MedReCoPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _no_split_modules = ["MedReCoBlock"]
 
+    def get_input_embeddings(self) -> nn.Module | None:
+        """The token embeddings, for models with text input (libraries such as Accelerate's FSDP
+        ask every model); the image-only models have none."""
+        return None
+
     def _init_weights(self, module):
         super()._init_weights(module)
         std = getattr(self.config, "initializer_range", 0.02)

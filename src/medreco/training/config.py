@@ -66,7 +66,7 @@ class RunConfig:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard", "wandb"])  # wandb only if installed
     progress: bool = True
     resume: bool = True
-    deepspeed_config: str | None = None  # DeepSpeed JSON (e.g. accelerate_configs/deepspeed_zero2.json)
+    deepspeed_config: str | None = None  # a DeepSpeed JSON file, or a packaged one: zero2, zero3, zero3_offload
 
 
 @dataclass

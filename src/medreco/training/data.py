@@ -69,8 +69,10 @@ def is_volumetric(modality: str, processor: MedReCoImageProcessor) -> bool:
 
 class ModalityBatchSampler:
     """Yields lists of item indices, each of one modality, for one process of a (possibly
-    distributed) run. Consecutive groups of `num_replicas` batches share a modality, so all
-    processes use the same expert at each step; leftovers that would unbalance ranks are dropped."""
+    distributed) run. An optimiser step's micro-batches (`num_replicas` x `accumulation`: the
+    global batch) share a modality, so all processes use the same expert at each step, and the
+    global batches are the same however they are split over processes and accumulation (2 ranks x
+    batch 4 see what 1 process x batch 4 x accumulation 2 sees); leftovers are dropped."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class ModalityBatchSampler:
         num_replicas: int = 1,
         rank: int = 0,
         drop_last: bool = False,
+        accumulation: int = 1,
     ):
         self.modalities = list(modalities)
         self.batch_size_for = batch_size_for
@@ -87,6 +90,7 @@ class ModalityBatchSampler:
         self.num_replicas = num_replicas
         self.rank = rank
         self.drop_last = drop_last
+        self.accumulation = max(1, int(accumulation))
         self.epoch = 0
         self.start = 0  # batches of the current epoch to skip (resume)
 
@@ -105,12 +109,12 @@ class ModalityBatchSampler:
             rng.shuffle(indices)
             size = self.batch_size_for(modality)
             batches = [indices[i : i + size] for i in range(0, len(indices), size)]
-            if batches and (self.drop_last or self.num_replicas > 1) and len(batches[-1]) < size:
+            per_step = self.num_replicas * self.accumulation
+            if batches and (self.drop_last or per_step > 1) and len(batches[-1]) < size:
                 batches.pop()
-            per_step = self.num_replicas
             steps += [batches[i : i + per_step] for i in range(0, len(batches) - per_step + 1, per_step)]
         rng.shuffle(steps)
-        return [step[self.rank] for step in steps]
+        return [batch for step in steps for batch in step[self.rank :: self.num_replicas]]
 
     def __iter__(self) -> Iterator[list[int]]:
         yield from self.epoch_batches(self.epoch)[self.start :]

@@ -1,7 +1,8 @@
 """The training loop shared by stage 1 (alignment and ranking phases) and the reranker.
 
 One phase = a model, a batch sampler, a collate function and a loss function. The loop runs it
-under Accelerate (one CPU process, DDP over gloo or NCCL, or DeepSpeed ZeRO from a JSON config):
+under Accelerate (one CPU process, DDP over gloo or NCCL, DeepSpeed ZeRO-1/2/3 from a JSON config
+or a launcher config, FSDP2 from a launcher config; see `distributed.py` for sharded models):
 AdamW with linear warm-up and cosine decay, gradient accumulation and clipping, bf16 autocast where
 the hardware has it, resumable checkpoints, TensorBoard (and Weights & Biases when installed)
 logging, a progress bar, and a `history.jsonl` of every logged value."""
@@ -27,6 +28,15 @@ from ..atomic import commit_folder, remove_stale_temporaries, save_folder_atomic
 from .checkpoint import CheckpointManager, TrainingState
 from .config import OptimizationConfig, RunConfig
 from .data import ModalityBatchSampler
+from .distributed import (
+    deepspeed_requested,
+    fsdp_requested,
+    fsdp_wrap_classes,
+    strategy_name,
+    use_fsdp_on_cpu,
+    whole_model,
+)
+from .launch import deepspeed_config_path
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +74,9 @@ def available_trackers(report_to: Sequence[str]) -> list[str]:
 
 
 def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_dir: str | Path):
-    """An Accelerator for this machine: CPU/gloo without CUDA, DeepSpeed when a JSON config is given."""
-    from accelerate import Accelerator, DeepSpeedPlugin
+    """An Accelerator for this machine: CPU/gloo without CUDA, DeepSpeed when a JSON config is given
+    (or the launcher asks for it), FSDP2 when the launcher asks for it (on CPU ranks too)."""
+    from accelerate import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin
     from accelerate.state import AcceleratorState
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
@@ -77,10 +88,14 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
         handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=timedelta(minutes=30)))
     plugin = None
     if run.deepspeed_config:
-        if not Path(run.deepspeed_config).is_file():
-            raise FileNotFoundError(f"{run.deepspeed_config}: DeepSpeed config not found")
-        plugin = DeepSpeedPlugin(hf_ds_config=str(run.deepspeed_config))
-    return Accelerator(
+        plugin = DeepSpeedPlugin(hf_ds_config=str(deepspeed_config_path(run.deepspeed_config)))
+    elif deepspeed_requested():  # `accelerate launch` with a DeepSpeed config: its JSON from the environment
+        plugin = DeepSpeedPlugin()
+    fsdp_on_cpu = on_cpu and plugin is None and fsdp_requested()
+    fsdp_plugin = FullyShardedDataParallelPlugin() if fsdp_on_cpu else None  # its settings from the launcher
+    if fsdp_plugin is not None and fsdp_plugin.fsdp_version != 2:
+        raise ValueError("FSDP on CPU ranks needs fsdp_version: 2 (FSDP2) in the launch config")
+    accelerator = Accelerator(
         cpu=on_cpu and plugin is None,  # DeepSpeed's own launcher path; it runs on the CPU when there is no GPU
         mixed_precision=resolve_mixed_precision(optimization.mixed_precision),
         gradient_accumulation_steps=optimization.gradient_accumulation_steps,
@@ -90,6 +105,9 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
         deepspeed_plugin=plugin,
         step_scheduler_with_optimizer=False,  # our schedule counts this process's optimiser steps
     )
+    if fsdp_plugin is not None:
+        use_fsdp_on_cpu(accelerator, fsdp_plugin)
+    return accelerator
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float, learning_rates: dict[str, float] | None = None):
@@ -150,6 +168,7 @@ def train_phase(
         seed=run.seed,
         num_replicas=accelerator.num_processes,
         rank=accelerator.process_index,
+        accumulation=optimization.gradient_accumulation_steps,
     )
     steps_per_epoch = sampler.steps_per_epoch()
     if steps_per_epoch == 0:
@@ -164,12 +183,16 @@ def train_phase(
     uses_deepspeed = accelerator.state.deepspeed_plugin is not None
     if uses_deepspeed:
         _fill_deepspeed_auto_values(accelerator, model, phase, optimization)
+    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if fsdp_plugin is not None and not fsdp_plugin.transformer_cls_names_to_wrap:
+        fsdp_plugin.transformer_cls_names_to_wrap = fsdp_wrap_classes(model)  # the model's blocks, not one name
+    engine_state = _engine_state_kind(accelerator)
     model, optimizer = accelerator.prepare(model, optimizer)
 
     checkpoints = CheckpointManager(output_dir / "checkpoints", keep=run.keep_checkpoints)
     state = TrainingState()
-    if run.resume and (checkpoints.latest() is not None or (uses_deepspeed and _deepspeed_latest(output_dir))):
-        state = _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, uses_deepspeed)
+    if run.resume and (checkpoints.latest() is not None or (engine_state and _engine_latest(output_dir, engine_state))):
+        state = _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, engine_state)
         logger.info(
             "%s: resumed at step %d (epoch %d, batch %d)", phase.name, state.step, state.epoch, state.step_in_epoch
         )
@@ -219,14 +242,14 @@ def train_phase(
                         handle.write(json.dumps({"phase": phase.name, **record}) + "\n")
                 running = []
             if run.save_every and state.step % run.save_every == 0 and state.step < steps:
-                _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+                _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
             if state.step >= steps or (stop_after is not None and state.step >= stop_after):
                 break
         else:
             state.epoch, state.step_in_epoch = state.epoch + 1, 0
             continue
         if stop_after is not None and state.step >= stop_after and state.step < steps:
-            _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+            _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
             progress.close()
             _finish_trackers(accelerator)
             return PhaseResult({"phase": phase.name, "steps": state.step, "stopped_early": True}, model, accelerator)
@@ -238,10 +261,11 @@ def train_phase(
         "last_loss": last_loss,
         "seconds": round(time.perf_counter() - started, 2),
         "processes": accelerator.num_processes,
+        "strategy": strategy_name(accelerator),
         "mixed_precision": accelerator.mixed_precision,
     }
     state.extra = {"completed": True, "summary": summary}
-    _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed)
+    _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
     _finish_trackers(accelerator)
     return PhaseResult(summary, model, accelerator)
 
@@ -253,31 +277,34 @@ class PhaseResult:
     summary: dict
     wrapped_model: torch.nn.Module
     accelerator: Any
+    _whole: torch.nn.Module | None = None
 
     @property
     def model(self) -> torch.nn.Module:
-        """The plain model behind a DDP/DeepSpeed wrapper."""
-        return self.accelerator.unwrap_model(self.wrapped_model)
+        """The plain, whole model on every rank: unwrapped from DDP, or gathered from DeepSpeed's or
+        FSDP's partitions into a fresh copy (collective the first time: every rank must ask)."""
+        if self._whole is None:
+            self._whole = whole_model(self.accelerator, self.wrapped_model)
+        return self._whole
 
     @property
     def is_main_process(self) -> bool:
         return self.accelerator.is_main_process
 
     def save_pretrained(self, directory: str | Path, extra_files: Callable[[Path], None] | None = None) -> Path:
-        """`save_pretrained` from the main process (weights gathered under ZeRO-3), written atomically;
-        `extra_files(folder)` adds e.g. the processor before the folder is renamed into place."""
+        """`save_pretrained` of the whole model (gathered from every rank under DeepSpeed/FSDP) from
+        the main process, written atomically; `extra_files(folder)` adds e.g. the processor before
+        the folder is renamed into place. Every rank must call it."""
         directory = Path(directory)
-        state_dict = self.accelerator.get_state_dict(self.wrapped_model)
+        model = self.model
         if self.accelerator.is_main_process:
-            save_folder_atomically(
-                directory, lambda folder: _save_with_extras(self.model, folder, state_dict, extra_files)
-            )
+            save_folder_atomically(directory, lambda folder: _save_with_extras(model, folder, extra_files))
         self.accelerator.wait_for_everyone()
         return directory
 
 
-def _save_with_extras(model, folder: Path, state_dict, extra_files) -> None:
-    model.save_pretrained(folder, state_dict=state_dict)
+def _save_with_extras(model, folder: Path, extra_files) -> None:
+    model.save_pretrained(folder)
     if extra_files is not None:
         extra_files(folder)
 
@@ -307,10 +334,19 @@ def _finish_trackers(accelerator) -> None:
         tracker.finish()
 
 
-def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, uses_deepspeed) -> None:
-    if uses_deepspeed:  # ZeRO shards optimiser state over ranks: DeepSpeed's own (sharded) format
+def _engine_state_kind(accelerator) -> str | None:
+    """ "deepspeed" or "fsdp" when the optimiser state (or the model) is sharded over ranks and
+    checkpoints are the engine's own, per-rank format; None for our single-file checkpoints."""
+    strategy = strategy_name(accelerator)
+    if strategy.startswith("zero"):
+        return "deepspeed"
+    return "fsdp" if strategy == "fsdp2" else None
+
+
+def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state) -> None:
+    if engine_state:  # ZeRO / FSDP shard state over ranks: the engine's own (sharded) format
         # every rank writes its shards beside the checkpoint; the main process swaps the folder in whole
-        folder = output_dir / "deepspeed_checkpoint"
+        folder = output_dir / f"{engine_state}_checkpoint"
         temporary = folder.with_name(f".{folder.name}.tmp")
         if accelerator.is_main_process:
             remove_stale_temporaries(output_dir)
@@ -326,13 +362,13 @@ def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, sta
     accelerator.wait_for_everyone()
 
 
-def _deepspeed_latest(output_dir: Path) -> bool:
-    return (output_dir / "deepspeed_checkpoint" / "medreco_state.json").exists()
+def _engine_latest(output_dir: Path, engine_state: str) -> bool:
+    return (output_dir / f"{engine_state}_checkpoint" / "medreco_state.json").exists()
 
 
-def _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, uses_deepspeed) -> TrainingState:
-    if uses_deepspeed:
-        folder = output_dir / "deepspeed_checkpoint"
+def _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, engine_state) -> TrainingState:
+    if engine_state:
+        folder = output_dir / f"{engine_state}_checkpoint"
         accelerator.load_state(str(folder))
         scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text()))
         return TrainingState(**json.loads((folder / "medreco_state.json").read_text()))
@@ -348,8 +384,11 @@ def _fill_deepspeed_auto_values(accelerator, model, phase: Phase, optimization: 
         model_config, "hidden_size", 512
     )
     zero = config.get("zero_optimization", {})
+    # at least the largest parameter: none takes DeepSpeed's extra-large-parameter path, which fails
+    # when that parameter has no gradient in a step (another modality's expert, an unused embedding)
+    largest = max((p.numel() for p in model.parameters() if p.requires_grad), default=0)
     for key, value in (
-        ("reduce_bucket_size", hidden * hidden),
+        ("reduce_bucket_size", max(hidden * hidden, largest)),
         ("stage3_prefetch_bucket_size", int(0.9 * hidden * hidden)),
         ("stage3_param_persistence_threshold", 10 * hidden),
     ):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import random
 from pathlib import Path
 
@@ -30,6 +31,19 @@ from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config
 from .data import check_nonempty, is_volumetric
+from .distributed import (
+    deepspeed_requested,
+    fresh_copy,
+    fsdp_requested,
+    fsdp_wrap_classes,
+    gathered_state_dict,
+    is_main_launch_process,
+    load_whole_state,
+    release_engine,
+    strategy_name,
+    use_fsdp_on_cpu,
+)
+from .launch import deepspeed_config_path
 from .loop import available_trackers, resolve_mixed_precision, write_run_record
 
 logger = logging.getLogger(__name__)
@@ -253,6 +267,17 @@ def _trainer_class():
         def _get_train_sampler(self, *args, **kwargs):
             return SequentialSampler(self.train_dataset)
 
+        def create_accelerator_and_postprocess(self):
+            super().create_accelerator_and_postprocess()
+            if fsdp_requested() and not torch.cuda.is_available() and not self.is_deepspeed_enabled:
+                from accelerate import FullyShardedDataParallelPlugin
+
+                use_fsdp_on_cpu(self.accelerator, FullyShardedDataParallelPlugin())  # as in the training loop
+                self.is_fsdp_enabled = True
+            plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+            if plugin is not None and not plugin.transformer_cls_names_to_wrap:
+                plugin.transformer_cls_names_to_wrap = fsdp_wrap_classes(self.model)
+
         def create_optimizer(self, *args, **kwargs):
             if self.optimizer is None:
                 decay, no_decay, projector = [], [], []
@@ -340,8 +365,17 @@ class Stage2Trainer:
             remove_unused_columns=False,
             dataloader_drop_last=True,
             disable_tqdm=not run.progress,
-            deepspeed=run.deepspeed_config,
+            deepspeed=self.deepspeed_config(),
         )
+
+    def deepspeed_config(self) -> str | None:
+        """The DeepSpeed JSON: the recipe's (`run.deepspeed_config`), else the one `accelerate launch`
+        was given (the Trainer fills its "auto" batch sizes right only when it is named here)."""
+        if self.config.run.deepspeed_config:
+            return str(deepspeed_config_path(self.config.run.deepspeed_config))
+        if deepspeed_requested():
+            return os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE") or None
+        return None
 
     def trainer(self, max_steps: int | None = None):
         trainer_class = _trainer_class()
@@ -369,14 +403,12 @@ class Stage2Trainer:
             raise RecipeError("stage2: lora.keep_adapter needs full-precision base weights (lora.quantization=none)")
         checkpoint_dir = out / "trainer"  # the SFTConfig's output_dir
         resume = self.config.run.resume and any(checkpoint_dir.glob("checkpoint-*"))
-        if keep_adapter and not (resume and (out / "base").exists()):
-            from accelerate import PartialState
-
-            if PartialState().is_main_process:  # this run's base (an earlier base/ may hold another LM)
-                self._save(out / "base", self.model, {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"})
+        if keep_adapter and not (resume and (out / "base").exists()) and is_main_launch_process():
+            # this run's base (an earlier base/ may hold another LM)
+            self._save(out / "base", self.model, {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"})
         trainer = self.trainer(max_steps)
         output = trainer.train(resume_from_checkpoint=True if resume else None)
-        model = trainer.model
+        model = self._whole_trained_model(trainer)
         if keep_adapter and trainer.is_world_process_zero():
 
             def write_adapter(folder: Path) -> None:
@@ -396,10 +428,29 @@ class Stage2Trainer:
             "train_loss": output.training_loss,
             "seconds": output.metrics.get("train_runtime"),
             "lora": self.config.lora.enabled,
+            "processes": trainer.accelerator.num_processes,
+            "strategy": strategy_name(trainer.accelerator),
         }
         if trainer.is_world_process_zero():
             self._save(out / "final", model, summary)
         return {"stage2": summary}
+
+    def _whole_trained_model(self, trainer):
+        """The trained model (a PEFT model with LoRA) whole on every rank: the trainer's own under
+        DDP; under DeepSpeed/FSDP a fresh copy loaded with the weights gathered from every rank
+        (fp32 masters), since merging an adapter or saving needs whole tensors. Collective."""
+        if strategy_name(trainer.accelerator) in ("single", "ddp"):
+            return trainer.model
+        state = gathered_state_dict(trainer.accelerator, trainer.model_wrapped, everywhere=True)
+        trained = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+        release_engine(trainer.model_wrapped)
+        if not self.config.lora.enabled:
+            return fresh_copy(trained, state)
+        from peft import get_peft_model
+
+        copy = get_peft_model(fresh_copy(trained.get_base_model(), None), lora_config(self.config))
+        load_whole_state(copy, state)
+        return copy
 
     def _save(self, folder: Path, model, summary: dict) -> None:
         """A Hub-ready VLM folder (model, processor, their code, card), swapped into place whole."""
