@@ -10,6 +10,26 @@ from transformers import initialization as init
 _LEARNED_TOKENS = ("cls_query", "cls_token", "spatial_position_embedding", "depth_position_embedding")
 
 
+def block_classes(model: nn.Module) -> list[str]:
+    """Names of the block classes `model` holds that must stay whole: those our models declare and
+    those the pretrained models inside them name (BERT's layers, a language model's decoder
+    layers), wherever they sit in the module tree, kept to the classes really present. A block
+    holding the input embeddings (BERT's `BertEmbeddings`) is left out: Accelerate's FSDP2 gives
+    the embeddings a unit of their own and would shard them twice."""
+    present = {type(module).__name__ for module in model.modules()}
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embeddings is not None:
+        present -= {type(module).__name__ for module in model.modules() if embeddings in module.modules()}
+    names: list[str] = []
+    for module in model.modules():
+        if isinstance(module, MedReCoPreTrainedModel):
+            declared = module._block_classes
+        else:
+            declared = sorted(getattr(module, "_no_split_modules", None) or [])
+        names += [name for name in declared if name in present and name not in names]
+    return names
+
+
 class CheckpointMismatchError(ValueError):
     """A checkpoint's weights do not match the model: loading would silently leave random weights."""
 
@@ -26,7 +46,19 @@ class MedReCoPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
-    _no_split_modules = ["MedReCoBlock"]
+    _block_classes = ("MedReCoBlock", "EntityCrossAttentionLayer")  # those of ours a model may hold
+
+    @property
+    def _no_split_modules(self) -> set[str]:
+        """The blocks device maps keep whole and FSDP shards one unit each (Accelerate reads this,
+        in our code and in TRL's or anyone's): computed from what the model holds now, so a
+        language model loaded after construction brings its decoder layers and absent classes never
+        appear (Accelerate refuses a class the model lacks)."""
+        return set(block_classes(self))
+
+    @_no_split_modules.setter
+    def _no_split_modules(self, value) -> None:
+        """transformers' `post_init` stores the declared classes; ours are computed (above)."""
 
     def get_input_embeddings(self) -> nn.Module | None:
         """The token embeddings, for models with text input (libraries such as Accelerate's FSDP

@@ -57,23 +57,6 @@ def shards_parameters(accelerator) -> bool:
     return strategy_name(accelerator) in ("zero3", "fsdp2")
 
 
-def fsdp_wrap_classes(model: torch.nn.Module) -> list[str]:
-    """The block classes FSDP shards one unit each: every `_no_split_modules` entry of the model and
-    of the pretrained models inside it (the vision blocks, reranker blocks and the language model's
-    decoder layers), kept to the classes the model really holds (Accelerate refuses absent ones)."""
-    present = {type(module).__name__ for module in model.modules()}
-    # Accelerate gives the input embeddings a unit of their own: a block holding them (BERT's
-    # `BertEmbeddings`) would shard them twice
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    holding = {type(m).__name__ for m in model.modules() if embeddings is not None and embeddings in m.modules()}
-    names: list[str] = []
-    for module in model.modules():
-        for name in getattr(module, "_no_split_modules", None) or []:
-            if name in present and name not in holding and name not in names:
-                names.append(name)
-    return names
-
-
 def use_fsdp_on_cpu(accelerator, plugin) -> None:
     """Switch an Accelerator built on CPU ranks (DDP over gloo) to FSDP2 with `plugin`; see the
     module docstring. Only for runs without GPUs."""
@@ -229,7 +212,6 @@ __all__ = [
     "describe",
     "fresh_copy",
     "fsdp_requested",
-    "fsdp_wrap_classes",
     "gathered_state_dict",
     "is_main_launch_process",
     "load_whole_state",

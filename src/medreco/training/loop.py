@@ -31,7 +31,6 @@ from .data import ModalityBatchSampler
 from .distributed import (
     deepspeed_requested,
     fsdp_requested,
-    fsdp_wrap_classes,
     strategy_name,
     use_fsdp_on_cpu,
     whole_model,
@@ -183,9 +182,6 @@ def train_phase(
     uses_deepspeed = accelerator.state.deepspeed_plugin is not None
     if uses_deepspeed:
         _fill_deepspeed_auto_values(accelerator, model, phase, optimization)
-    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    if fsdp_plugin is not None and not fsdp_plugin.transformer_cls_names_to_wrap:
-        fsdp_plugin.transformer_cls_names_to_wrap = fsdp_wrap_classes(model)  # the model's blocks, not one name
     engine_state = _engine_state_kind(accelerator)
     model, optimizer = accelerator.prepare(model, optimizer)
 

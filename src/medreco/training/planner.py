@@ -35,6 +35,7 @@ from ..data.reports.ontology import entity_prompts
 from ..errors import MedReCoError
 from ..factory import PRESETS, create_config, model_class_of, resolve_text_encoder
 from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVLMConfig
+from ..modeling.modeling_utils import block_classes
 from ..processing import DEFAULT_RECIPES, ModalityRecipe
 from ..processing.processing_medreco import SPECIAL_TOKENS
 from .config import OptimizationConfig, Stage1Config, Stage2Config, load_recipe, read_recipe, recipe_path
@@ -474,12 +475,7 @@ def shard_units(model: nn.Module) -> tuple[int, int]:
     """(largest wrapped block, the rest) in parameters: FSDP wraps, and ZeRO-3 gathers, the
     classes the models name in `_no_split_modules` (MedReCoBlock, the LM's decoder layers) one at
     a time; the parameters outside them form the root unit."""
-    from transformers import PreTrainedModel
-
-    names: set[str] = set()
-    for module in model.modules():
-        if isinstance(module, PreTrainedModel):
-            names |= set(module._no_split_modules or [])
+    names = set(block_classes(model))
     units, inside = [], set()
     for module in model.modules():
         if type(module).__name__ in names and not any(id(p) in inside for p in module.parameters()):

@@ -35,7 +35,6 @@ from .distributed import (
     deepspeed_requested,
     fresh_copy,
     fsdp_requested,
-    fsdp_wrap_classes,
     gathered_state_dict,
     is_main_launch_process,
     load_whole_state,
@@ -274,9 +273,6 @@ def _trainer_class():
 
                 use_fsdp_on_cpu(self.accelerator, FullyShardedDataParallelPlugin())  # as in the training loop
                 self.is_fsdp_enabled = True
-            plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
-            if plugin is not None and not plugin.transformer_cls_names_to_wrap:
-                plugin.transformer_cls_names_to_wrap = fsdp_wrap_classes(self.model)
 
         def create_optimizer(self, *args, **kwargs):
             if self.optimizer is None:
