@@ -5,8 +5,15 @@ size, fp32 vs bf16 autocast, and peak memory with and without gradient checkpoin
 Each configuration runs in its own process, which reports its own peak resident memory (ru_maxrss);
 figures are printed as ratios against the fp32 run without checkpointing of the same input.
 
+`--scaling` measures data-parallel scaling instead: the tiny stage-1 ranking phase on a small
+synthetic cohort, run with `medreco train` under each strategy (DDP, DeepSpeed ZeRO-2/3, FSDP2),
+launched as users launch it (torchrun / `accelerate launch` with the packaged configs) on 1 and on
+2 processes with the same batch per process; samples/s from the loop's own timing (setup and saving
+excluded), and the scaling efficiency: 2-process samples/s over twice the 1-process samples/s.
+
     python benchmarks/train_throughput.py               # 2D 480x480 and 3D 240x480x480, batch 2 / 1
     python benchmarks/train_throughput.py --depth 40    # a thinner volume, for a quick look
+    python benchmarks/train_throughput.py --scaling     # 1 vs 2 processes per strategy
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def one_run(kind: str, precision: str, checkpointing: bool, batch: int, depth: int, steps: int) -> dict:
@@ -68,13 +76,69 @@ def one_run(kind: str, precision: str, checkpointing: bool, batch: int, depth: i
     return {"samples_per_s": batch / seconds, "seconds_per_step": seconds, "peak_mb": peak_mb}
 
 
+SCALING_STRATEGIES = {"ddp": None, "zero2": "deepspeed_zero2", "zero3": "deepspeed_zero3", "fsdp2": "fsdp"}
+
+
+def scaling_run(strategy: str, processes: int, mined: Path, out: Path, steps: int, batch: int) -> dict:
+    """One `medreco train stage1` ranking phase under `strategy`; its phase summary."""
+    import os
+
+    from medreco.training.launch import write_launch_config
+
+    train = ["-m", "medreco", "train", "stage1", "--config", "tiny", "--mined", str(mined), "--out", str(out)]
+    train += ["--set", "alignment.epochs=0", "--set", f"ranking.max_steps={steps}"]
+    train += ["--set", f"ranking.batch_size_2d={batch}", "--set", "run.save_every=0", "--set", "run.progress=false"]
+    env = dict(os.environ)
+    if SCALING_STRATEGIES[strategy] is None:
+        env["ACCELERATE_USE_CPU"] = "1"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    else:
+        config = write_launch_config(SCALING_STRATEGIES[strategy], out.parent / "configs", processes, overwrite=True)
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    subprocess.run([*command, *train], env=env, capture_output=True, text=True, check=True)
+    return json.loads((out / "final" / "summary.json").read_text())["stage1/ranking"]
+
+
+def scaling(args: argparse.Namespace) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        cohort = ["phantom", "--out", str(root / "cohort"), "--patients", "48", "--studies", "2"]
+        cohort += ["--modalities", "chest_xray", "--size", "tiny"]
+        # the demo's relevance rule (status-and-attribute agreement), which yields triplets on a small cohort
+        mining = ["mine", str(root / "cohort" / "manifest.jsonl"), "--out", str(root / "mined")]
+        mining += ["--metrics", "agreement", "--positive-threshold", "agreement=0.99"]
+        mining += ["--negative-threshold", "agreement=0.01"]
+        for command in (cohort, mining):
+            subprocess.run([sys.executable, "-m", "medreco", *command, "--quiet"], check=True, capture_output=True)
+        print(f"stage-1 ranking, tiny recipe, {args.scaling_steps} steps of batch {args.batch} per process")
+        print("| strategy | processes | samples/s | scaling efficiency |\n|---|---|---|---|")
+        for strategy in args.strategies.split(","):
+            rates = {}
+            for processes in (1, 2):
+                out = root / f"{strategy}-{processes}"
+                summary = scaling_run(strategy, processes, root / "mined", out, args.scaling_steps, args.batch)
+                assert summary["strategy"] in (strategy, "single"), summary
+                rates[processes] = summary["steps"] * args.batch * processes / summary["seconds"]
+                efficiency = rates[processes] / (processes * rates[1])
+                print(f"| {strategy} | {processes} | {rates[processes]:.1f} | {efficiency:.2f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=240)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--kinds", default="2d,3d")
+    parser.add_argument("--scaling", action="store_true", help="1 vs 2 processes per strategy")
+    parser.add_argument("--strategies", default=",".join(SCALING_STRATEGIES))
+    parser.add_argument("--scaling-steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=8, help="--scaling: batch per process")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scaling:
+        scaling(args)
+        return
     if args.child:
         config = json.loads(args.child)
         print(json.dumps(one_run(**config)))

@@ -140,15 +140,19 @@ def test_zero3_with_cpu_offload_trains_stage1_from_the_recipe_setting(toy, refer
     assert relative_distance(reference, tmp_path, "stage1") < TOLERANCE
 
 
-def test_zero3_run_killed_before_a_checkpoint_commit_resumes_to_the_uninterrupted_weights(toy, launched, tmp_path):
-    uninterrupted = launched("zero3")
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp2"])
+def test_a_run_killed_before_a_checkpoint_commit_resumes_to_the_uninterrupted_weights(
+    strategy, toy, launched, tmp_path
+):
+    uninterrupted = launched(strategy)
     steps = (uninterrupted.parent / f"{uninterrupted.name}.steps").read_text().splitlines()
-    commits = [i + 1 for i, label in enumerate(steps) if label == "commit deepspeed_checkpoint"]
+    checkpoint_folder = {"zero3": "deepspeed_checkpoint", "fsdp2": "fsdp_checkpoint"}[strategy]
+    commits = [i + 1 for i, label in enumerate(steps) if label == f"commit {checkpoint_folder}"]
     # stage 1 commits after alignment steps 1, 2 and ranking steps 1-4: kill before ranking step 3's
     kill_at = commits[4]
     out = tmp_path / "run"
     killed = launch(
-        "zero3",
+        strategy,
         toy,
         out,
         "--stages",
@@ -156,9 +160,9 @@ def test_zero3_run_killed_before_a_checkpoint_commit_resumes_to_the_uninterrupte
         env={"MEDRECO_FAULT_LOG": str(tmp_path / "steps"), "MEDRECO_KILL_AT_STEP": str(kill_at)},
     )
     assert killed.returncode != 0
-    checkpoint = json.loads((out / "stage1" / "ranking" / "deepspeed_checkpoint" / "medreco_state.json").read_text())
+    checkpoint = json.loads((out / "stage1" / "ranking" / checkpoint_folder / "medreco_state.json").read_text())
     assert checkpoint["step"] == 2 and not (out / "stage1" / "final").exists()
-    check_ran(launch("zero3", toy, out, "--stages", "stage1", "--resume"))
+    check_ran(launch(strategy, toy, out, "--stages", "stage1", "--resume"))
     resumed = load_file(out / "stage1" / "final" / "model.safetensors")
     expected = load_file(uninterrupted / "stage1" / "final" / "model.safetensors")
     assert resumed.keys() == expected.keys()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any
 
 import torch
 
@@ -201,15 +200,37 @@ def _tied_parameter_names(model: torch.nn.Module) -> set[str]:
     return tied
 
 
-def describe(accelerator) -> dict[str, Any]:
-    """What a phase summary records of the distribution."""
-    return {"strategy": strategy_name(accelerator), "processes": accelerator.num_processes}
+def complete_optimizer_state(optimizer) -> None:
+    """Give every trainable parameter its optimiser state before a sharded (DCP) checkpoint: one that
+    never had a gradient (another modality's expert) has none, while the fresh optimiser a resume
+    loads into creates it for all, and the checkpoint reader refuses the missing keys. The state
+    given is what AdamW creates on a parameter's first gradient (zero moments, step 0), so the run
+    goes on as it would have."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds the torch optimiser
+    parameters = [p for group in inner.param_groups for p in group["params"] if p.requires_grad]
+    missing = [p for p in parameters if p not in inner.state]
+    if not missing:
+        return
+    gradients = {p: p.grad for p in parameters}
+    missing_ids = {id(p) for p in missing}
+    for parameter in parameters:  # only the stateless ones step; the others keep their moments
+        parameter.grad = torch.zeros_like(parameter) if id(parameter) in missing_ids else None
+    rates = [group["lr"] for group in inner.param_groups]
+    for group in inner.param_groups:
+        group["lr"] = 0.0 * group["lr"]  # a zero of the same type (float or tensor)
+    inner.step()
+    for group, rate in zip(inner.param_groups, rates, strict=True):
+        group["lr"] = rate
+    for parameter in parameters:
+        parameter.grad = gradients[parameter]
+        if id(parameter) in missing_ids and "step" in inner.state[parameter]:
+            inner.state[parameter]["step"].zero_()
 
 
 __all__ = [
     "STRATEGIES",
+    "complete_optimizer_state",
     "deepspeed_requested",
-    "describe",
     "fresh_copy",
     "fsdp_requested",
     "gathered_state_dict",

@@ -29,6 +29,7 @@ from .checkpoint import CheckpointManager, TrainingState
 from .config import OptimizationConfig, RunConfig
 from .data import ModalityBatchSampler
 from .distributed import (
+    complete_optimizer_state,
     deepspeed_requested,
     fsdp_requested,
     strategy_name,
@@ -346,6 +347,8 @@ def _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, sta
         temporary = folder.with_name(f".{folder.name}.tmp")
         if accelerator.is_main_process:
             remove_stale_temporaries(output_dir)
+        if engine_state == "fsdp":
+            complete_optimizer_state(optimizer)
         accelerator.wait_for_everyone()
         accelerator.save_state(str(temporary))
         accelerator.wait_for_everyone()
