@@ -4,8 +4,10 @@ stage 1 (alignment then ranking), the reranker on stage 1's model, stage 2 with 
     python -m torch.distributed.run --nproc_per_node 2 distributed_train.py MINED OUT [options]
 
 Options: --deepspeed NAME_OR_JSON, --accumulation N (gradient accumulation of every stage),
---stages stage1,reranker,stage2,stage2_lora, --resume. Dropout is switched off, so that a run's
-weights depend only on its global batches, not on how they are split over processes. Each rank
+--stages stage1,reranker,stage2,stage2_lora, --resume, --stage2-steps N, --stage2-save-every N,
+--kill-after-save K (stage 2: SIGKILL the first rank once step K's checkpoint is written).
+Dropout is switched off, so that a run's weights depend only on its global batches, not on how
+they are split over processes. Each rank
 writes OUT/<stage>/ranks/rank<R>.json (a digest of its whole trained model); the first rank
 writes OUT/<stage>/initial.safetensors (the weights before training)."""
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -123,7 +127,8 @@ def stage2(args: argparse.Namespace, lora: bool) -> None:
     overrides = [
         f"data.mined_dir={args.mined}",
         f"vision_model={args.out / 'stage1' / 'final'}",
-        f"optimization.max_steps={STEPS}",
+        f"optimization.max_steps={args.stage2_steps}",
+        f"run.save_every={args.stage2_save_every}",
         f"optimization.batch_size_2d={BATCH}",
         f"optimization.gradient_accumulation_steps={args.accumulation}",
         "data.max_train_samples=32",
@@ -132,9 +137,25 @@ def stage2(args: argparse.Namespace, lora: bool) -> None:
         *common(out, args),
     ]
     trainer = Stage2Trainer(load_recipe("tiny", "stage2", overrides))
+    if args.kill_after_save:
+        build = trainer.trainer
+        trainer.trainer = lambda max_steps=None: killed_after_save(build(max_steps), args.kill_after_save)
     snapshot(trainer.model, out)
     trainer.train()
     record(trainer.model, out / "ranks")
+
+
+def killed_after_save(sft_trainer, step: int):
+    """The SFTTrainer, with the first rank killed (SIGKILL) once the checkpoint of `step` is written."""
+    from transformers import TrainerCallback
+
+    class KillAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == step and rank() == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    sft_trainer.add_callback(KillAfterSave())
+    return sft_trainer
 
 
 def main() -> None:
@@ -145,6 +166,9 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=1)
     parser.add_argument("--stages", default="stage1,reranker,stage2,stage2_lora")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--stage2-steps", type=int, default=STEPS)
+    parser.add_argument("--stage2-save-every", type=int, default=0)
+    parser.add_argument("--kill-after-save", type=int, default=0, help="stage 2: kill after this step's checkpoint")
     args = parser.parse_args()
     stages = args.stages.split(",")
     if "stage1" in stages:

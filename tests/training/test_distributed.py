@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -166,5 +167,24 @@ def test_a_run_killed_before_a_checkpoint_commit_resumes_to_the_uninterrupted_we
     resumed = load_file(out / "stage1" / "final" / "model.safetensors")
     expected = load_file(uninterrupted / "stage1" / "final" / "model.safetensors")
     assert resumed.keys() == expected.keys()
+    worst = max((resumed[k] - expected[k]).abs().max().item() for k in expected)
+    assert worst <= 1e-6, worst
+
+
+def test_stage2_lora_under_zero3_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(
+    toy, reference, tmp_path
+):
+    """The SFTTrainer's own checkpoints: the first rank killed once step 2's is written, then resumed."""
+    settings = ["--stages", "stage2_lora", "--stage2-steps", "4", "--stage2-save-every", "1"]
+    runs = {name: tmp_path / name for name in ("uninterrupted", "killed")}
+    for run in runs.values():
+        shutil.copytree(reference / "stage1" / "final", run / "stage1" / "final")  # the vision model
+    check_ran(launch("zero3", toy, runs["uninterrupted"], *settings))
+    killed = launch("zero3", toy, runs["killed"], *settings, "--kill-after-save", "2")
+    assert killed.returncode != 0
+    checkpoints = sorted(p.name for p in (runs["killed"] / "stage2_lora" / "trainer").glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-1", "checkpoint-2"]
+    check_ran(launch("zero3", toy, runs["killed"], *settings, "--resume"))
+    resumed, expected = (load_file(run / "stage2_lora" / "final" / "model.safetensors") for run in runs.values())
     worst = max((resumed[k] - expected[k]).abs().max().item() for k in expected)
     assert worst <= 1e-6, worst

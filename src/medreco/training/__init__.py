@@ -2,7 +2,9 @@
 
 - `stage1`: retrieval model (alignment warm-up, then entity-conditioned ranking);
 - `reranker`: the reranker over the coarse model's own top candidates;
-- `stage2`: the comparative VLM with TRL's SFTTrainer (optionally LoRA / QLoRA)."""
+- `stage2`: the comparative VLM with TRL's SFTTrainer (optionally LoRA / QLoRA);
+- `distributed`: DDP, DeepSpeed ZeRO and FSDP2 (gathered saves); `launch`: the packaged launch
+  configs; `planner`: per-rank memory of each stage and strategy (`medreco plan`)."""
 
 from ..data.mining import MinedData
 from ..errors import TrainingDataError
@@ -20,7 +22,9 @@ from .config import (
     load_recipe,
 )
 from .data import ImageStore, ModalityBatchSampler
+from .launch import deepspeed_config_path, launch_config, write_launch_config
 from .loop import Phase, PhaseResult, train_phase
+from .planner import PlanRequest, format_plan, plan
 
 
 def train_stage(stage: str, config) -> dict:
@@ -51,6 +55,7 @@ __all__ = [
     "OptimizationConfig",
     "Phase",
     "PhaseResult",
+    "PlanRequest",
     "RecipeError",
     "RerankerTrainingConfig",
     "RunConfig",
@@ -58,7 +63,12 @@ __all__ = [
     "Stage2Config",
     "TrainingDataError",
     "TrainingState",
+    "deepspeed_config_path",
+    "format_plan",
+    "launch_config",
     "load_recipe",
+    "plan",
     "train_phase",
     "train_stage",
+    "write_launch_config",
 ]
