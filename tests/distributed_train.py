@@ -4,8 +4,8 @@ stage 1 (alignment then ranking), the reranker on stage 1's model, stage 2 with 
     python -m torch.distributed.run --nproc_per_node 2 distributed_train.py MINED OUT [options]
 
 Options: --deepspeed NAME_OR_JSON, --accumulation N (gradient accumulation of every stage),
---stages stage1,reranker,stage2,stage2_lora, --resume, --stage2-steps N, --stage2-save-every N,
---kill-after-save K (stage 2: SIGKILL the first rank once step K's checkpoint is written).
+--stages stage1,reranker,stage2,stage2_lora, --resume, --save-every N (checkpoints of stage 1 and
+stage 2), --kill-after-save K (stage 2: SIGKILL the first rank once step K's checkpoint is written).
 Dropout is switched off, so that a run's weights depend only on its global batches, not on how
 they are split over processes. Each rank
 writes OUT/<stage>/ranks/rank<R>.json (a digest of its whole trained model); the first rank
@@ -31,8 +31,8 @@ from medreco.training.stage1 import Stage1Trainer
 from medreco.training.stage2 import Stage2Trainer
 from toy_mined import RECIPES
 
-STEPS = 2  # optimiser steps of each phase (stage 1's ranking: RANKING_STEPS, checkpointed after each)
-RANKING_STEPS = 4
+STEPS = 2  # optimiser steps of stage 1's alignment and of the reranker
+RANKING_STEPS = 4  # optimiser steps of stage 1's ranking phase and of stage 2
 BATCH = 4
 
 
@@ -90,7 +90,7 @@ def stage1(args: argparse.Namespace) -> None:
     overrides = [
         f"data.mined_dir={args.mined}",
         f"data.recipes={json.dumps(RECIPES)}",
-        "run.save_every=1",
+        f"run.save_every={args.save_every}",
         f"alignment.max_steps={STEPS}",
         f"ranking.max_steps={RANKING_STEPS}",
         *[f"alignment.{p}" for p in phase],
@@ -127,8 +127,8 @@ def stage2(args: argparse.Namespace, lora: bool) -> None:
     overrides = [
         f"data.mined_dir={args.mined}",
         f"vision_model={args.out / 'stage1' / 'final'}",
-        f"optimization.max_steps={args.stage2_steps}",
-        f"run.save_every={args.stage2_save_every}",
+        f"optimization.max_steps={RANKING_STEPS}",
+        f"run.save_every={args.save_every}",
         f"optimization.batch_size_2d={BATCH}",
         f"optimization.gradient_accumulation_steps={args.accumulation}",
         "data.max_train_samples=32",
@@ -166,8 +166,7 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=1)
     parser.add_argument("--stages", default="stage1,reranker,stage2,stage2_lora")
     parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--stage2-steps", type=int, default=STEPS)
-    parser.add_argument("--stage2-save-every", type=int, default=0)
+    parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--kill-after-save", type=int, default=0, help="stage 2: kill after this step's checkpoint")
     args = parser.parse_args()
     stages = args.stages.split(",")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,13 +26,16 @@ from transformers import AutoModel, AutoModelForImageTextToText
 from medreco.training.launch import write_launch_config
 from toy_training import HERE
 
-pytest.importorskip("deepspeed")
-
 STAGES = ("stage1", "reranker", "stage2", "stage2_lora")
 # Relative distance to the single-process run. Measured (session 18): DDP <= 0.002, ZeRO-2/3 and
 # FSDP2 <= 0.043 (float reduction order; stage 2 inherits stage 1's); other global batches >= 0.76.
 TOLERANCE = 0.1
 SCRIPT = str(HERE / "distributed_train.py")
+# The kill-and-resume test: ZeRO-3 (the issue's) in every CI run; FSDP2 with MEDRECO_SLOW_TESTS=1.
+KILLED = {"zero3": "stage1,stage2_lora", "fsdp2": "stage1"}
+slow = pytest.mark.skipif(
+    not os.environ.get("MEDRECO_SLOW_TESTS"), reason="about a minute more of CI: set MEDRECO_SLOW_TESTS=1"
+)
 
 
 def free_port() -> int:
@@ -44,6 +46,8 @@ def free_port() -> int:
 
 def launch(strategy: str, mined: Path, out: Path, *args: str, env: dict | None = None, configs: Path | None = None):
     """Two ranks of tests/distributed_train.py under `strategy`; the completed process."""
+    if strategy.startswith("zero"):
+        pytest.importorskip("deepspeed")
     environment = {**os.environ, **(env or {})}
     if strategy in ("ddp", "zero3_offload"):  # torchrun; DDP over gloo, or DeepSpeed from the recipe
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -98,7 +102,8 @@ def launched(toy, tmp_path_factory):
         if strategy not in runs:
             out = tmp_path_factory.mktemp(strategy)
             log = {"MEDRECO_FAULT_LOG": str(out.parent / f"{out.name}.steps")}
-            check_ran(launch(strategy, toy, out, env=log))
+            checkpoints = ["--save-every", "1"] if strategy in KILLED else []  # the killed runs' baselines
+            check_ran(launch(strategy, toy, out, *checkpoints, env=log))
             runs[strategy] = out
         return runs[strategy]
 
@@ -135,56 +140,39 @@ def test_other_global_batches_are_told_apart(toy, reference, tmp_path):
     assert relative_distance(reference, tmp_path, "stage1") > 5 * TOLERANCE
 
 
+@slow
 def test_zero3_with_cpu_offload_trains_stage1_from_the_recipe_setting(toy, reference, tmp_path):
     check_ran(launch("zero3_offload", toy, tmp_path, "--stages", "stage1"))
     assert {s["strategy"] for s in phase_summaries(tmp_path / "stage1" / "final")} == {"zero3"}
     assert relative_distance(reference, tmp_path, "stage1") < TOLERANCE
 
 
-@pytest.mark.parametrize("strategy", ["zero3", "fsdp2"])
-def test_a_run_killed_before_a_checkpoint_commit_resumes_to_the_uninterrupted_weights(
-    strategy, toy, launched, tmp_path
-):
+@pytest.mark.parametrize(
+    ("strategy", "stages"), [("zero3", KILLED["zero3"]), pytest.param("fsdp2", KILLED["fsdp2"], marks=slow)]
+)
+def test_a_killed_run_resumes_to_the_uninterrupted_weights(strategy, stages, toy, launched, tmp_path):
+    """Stage 1 killed (SIGKILL) just before its ranking phase commits step 3's checkpoint, then
+    resumed; under ZeRO-3 the resumed run goes on to stage 2 + LoRA, whose first rank is killed once
+    the SFTTrainer's step-2 checkpoint is written, and is resumed again."""
     uninterrupted = launched(strategy)
     steps = (uninterrupted.parent / f"{uninterrupted.name}.steps").read_text().splitlines()
     checkpoint_folder = {"zero3": "deepspeed_checkpoint", "fsdp2": "fsdp_checkpoint"}[strategy]
     commits = [i + 1 for i, label in enumerate(steps) if label == f"commit {checkpoint_folder}"]
     # stage 1 commits after alignment steps 1, 2 and ranking steps 1-4: kill before ranking step 3's
-    kill_at = commits[4]
-    out = tmp_path / "run"
-    killed = launch(
-        strategy,
-        toy,
-        out,
-        "--stages",
-        "stage1",
-        env={"MEDRECO_FAULT_LOG": str(tmp_path / "steps"), "MEDRECO_KILL_AT_STEP": str(kill_at)},
-    )
-    assert killed.returncode != 0
+    out, kill_at = tmp_path / "run", commits[4]
+    env = {"MEDRECO_FAULT_LOG": str(tmp_path / "steps"), "MEDRECO_KILL_AT_STEP": str(kill_at)}
+    settings = ["--stages", stages, "--save-every", "1"]
+    assert launch(strategy, toy, out, *settings, env=env).returncode != 0
     checkpoint = json.loads((out / "stage1" / "ranking" / checkpoint_folder / "medreco_state.json").read_text())
     assert checkpoint["step"] == 2 and not (out / "stage1" / "final").exists()
-    check_ran(launch(strategy, toy, out, "--stages", "stage1", "--resume"))
-    resumed = load_file(out / "stage1" / "final" / "model.safetensors")
-    expected = load_file(uninterrupted / "stage1" / "final" / "model.safetensors")
-    assert resumed.keys() == expected.keys()
-    worst = max((resumed[k] - expected[k]).abs().max().item() for k in expected)
-    assert worst <= 1e-6, worst
-
-
-def test_stage2_lora_under_zero3_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(
-    toy, reference, tmp_path
-):
-    """The SFTTrainer's own checkpoints: the first rank killed once step 2's is written, then resumed."""
-    settings = ["--stages", "stage2_lora", "--stage2-steps", "4", "--stage2-save-every", "1"]
-    runs = {name: tmp_path / name for name in ("uninterrupted", "killed")}
-    for run in runs.values():
-        shutil.copytree(reference / "stage1" / "final", run / "stage1" / "final")  # the vision model
-    check_ran(launch("zero3", toy, runs["uninterrupted"], *settings))
-    killed = launch("zero3", toy, runs["killed"], *settings, "--kill-after-save", "2")
-    assert killed.returncode != 0
-    checkpoints = sorted(p.name for p in (runs["killed"] / "stage2_lora" / "trainer").glob("checkpoint-*"))
-    assert checkpoints == ["checkpoint-1", "checkpoint-2"]
-    check_ran(launch("zero3", toy, runs["killed"], *settings, "--resume"))
-    resumed, expected = (load_file(run / "stage2_lora" / "final" / "model.safetensors") for run in runs.values())
-    worst = max((resumed[k] - expected[k]).abs().max().item() for k in expected)
-    assert worst <= 1e-6, worst
+    if "stage2_lora" in stages:
+        assert launch(strategy, toy, out, *settings, "--resume", "--kill-after-save", "2").returncode != 0
+        checkpoints = sorted(p.name for p in (out / "stage2_lora" / "trainer").glob("checkpoint-*"))
+        assert checkpoints == ["checkpoint-1", "checkpoint-2"] and not (out / "stage2_lora" / "final").exists()
+    check_ran(launch(strategy, toy, out, *settings, "--resume"))
+    for stage in stages.split(","):
+        resumed = load_file(out / stage / "final" / "model.safetensors")
+        expected = load_file(uninterrupted / stage / "final" / "model.safetensors")
+        assert resumed.keys() == expected.keys()
+        worst = max((resumed[k] - expected[k]).abs().max().item() for k in expected)
+        assert worst <= 1e-6, (stage, worst)
