@@ -114,7 +114,7 @@ class CheckpointManager:
         try:
             weights = load_file(path / "model.safetensors")
             missing, unexpected = model.load_state_dict(weights, strict=False)
-            missing = [k for k in missing if k not in _tied_names(model)]
+            missing = [k for k in missing if k not in tied_weight_names(model)]
             if missing or unexpected:
                 raise CheckpointError(
                     f"{path}: weights do not match the model (missing {missing[:5]}, unexpected {unexpected[:5]})"
@@ -153,7 +153,9 @@ def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return result
 
 
-def _tied_names(model: torch.nn.Module) -> set[str]:
+def tied_weight_names(model: torch.nn.Module) -> set[str]:
+    """Names of the weights that share memory with one named before them (tied embeddings): a
+    checkpoint may hold each tied weight once."""
     names, seen = set(), {}
     for name, tensor in model.state_dict().items():
         if tensor.data_ptr() in seen and tensor.numel():
@@ -162,4 +164,4 @@ def _tied_names(model: torch.nn.Module) -> set[str]:
     return names
 
 
-__all__ = ["CheckpointError", "CheckpointManager", "TrainingState", "rng_state", "set_rng_state"]
+__all__ = ["CheckpointError", "CheckpointManager", "TrainingState", "rng_state", "set_rng_state", "tied_weight_names"]

@@ -18,6 +18,8 @@ import os
 
 import torch
 
+from .checkpoint import tied_weight_names
+
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "fsdp2")
@@ -51,19 +53,18 @@ def strategy_name(accelerator) -> str:
     return "ddp" if accelerator.num_processes > 1 else "single"
 
 
-def shards_parameters(accelerator) -> bool:
-    """True when no rank holds the whole model (ZeRO-3, FSDP)."""
-    return strategy_name(accelerator) in ("zero3", "fsdp2")
-
-
-def use_fsdp_on_cpu(accelerator, plugin) -> None:
-    """Switch an Accelerator built on CPU ranks (DDP over gloo) to FSDP2 with `plugin`; see the
-    module docstring. Only for runs without GPUs."""
+def use_fsdp_on_cpu(accelerator) -> None:
+    """Switch an Accelerator built on CPU ranks (DDP over gloo) to FSDP2, with the launcher's FSDP
+    settings; see the module docstring. Only for runs without GPUs."""
+    from accelerate import FullyShardedDataParallelPlugin
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType
 
     if torch.cuda.is_available():
         raise RuntimeError("use_fsdp_on_cpu is for machines without GPUs; Accelerate enables FSDP on GPUs itself")
+    plugin = FullyShardedDataParallelPlugin()  # its settings from the launcher's environment
+    if plugin.fsdp_version != 2:
+        raise ValueError("FSDP on CPU ranks needs fsdp_version: 2 (FSDP2) in the launch config")
     accelerator.state.distributed_type = DistributedType.FSDP
     accelerator.state.fsdp_plugin = plugin
     # every later AcceleratorState() copies the process state over its own, as Accelerate does for GPUs
@@ -174,7 +175,7 @@ def _without_zero3_init():
 def load_whole_state(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a gathered state dict, every weight accounted for (a tied weight may appear once)."""
     missing, unexpected = module.load_state_dict(state, strict=False)
-    tied = _tied_parameter_names(module)
+    tied = tied_weight_names(module)
     missing = [name for name in missing if name not in tied]
     if missing or unexpected:
         raise RuntimeError(f"gathered weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -188,16 +189,6 @@ def _unsharded_class(module: torch.nn.Module) -> type:
     if isinstance(module, FSDPModule):
         cls = next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
     return cls
-
-
-def _tied_parameter_names(model: torch.nn.Module) -> set[str]:
-    seen: dict[int, str] = {}
-    tied = set()
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in seen:
-            tied.add(name)
-        seen.setdefault(id(parameter), name)
-    return tied
 
 
 def complete_optimizer_state(optimizer) -> None:
@@ -237,7 +228,6 @@ __all__ = [
     "is_main_launch_process",
     "load_whole_state",
     "release_engine",
-    "shards_parameters",
     "strategy_name",
     "use_fsdp_on_cpu",
     "whole_model",

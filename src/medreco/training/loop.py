@@ -76,7 +76,7 @@ def available_trackers(report_to: Sequence[str]) -> list[str]:
 def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_dir: str | Path):
     """An Accelerator for this machine: CPU/gloo without CUDA, DeepSpeed when a JSON config is given
     (or the launcher asks for it), FSDP2 when the launcher asks for it (on CPU ranks too)."""
-    from accelerate import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin
+    from accelerate import Accelerator, DeepSpeedPlugin
     from accelerate.state import AcceleratorState
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
@@ -91,10 +91,6 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
         plugin = DeepSpeedPlugin(hf_ds_config=str(deepspeed_config_path(run.deepspeed_config)))
     elif deepspeed_requested():  # `accelerate launch` with a DeepSpeed config: its JSON from the environment
         plugin = DeepSpeedPlugin()
-    fsdp_on_cpu = on_cpu and plugin is None and fsdp_requested()
-    fsdp_plugin = FullyShardedDataParallelPlugin() if fsdp_on_cpu else None  # its settings from the launcher
-    if fsdp_plugin is not None and fsdp_plugin.fsdp_version != 2:
-        raise ValueError("FSDP on CPU ranks needs fsdp_version: 2 (FSDP2) in the launch config")
     accelerator = Accelerator(
         cpu=on_cpu and plugin is None,  # DeepSpeed's own launcher path; it runs on the CPU when there is no GPU
         mixed_precision=resolve_mixed_precision(optimization.mixed_precision),
@@ -105,8 +101,8 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
         deepspeed_plugin=plugin,
         step_scheduler_with_optimizer=False,  # our schedule counts this process's optimiser steps
     )
-    if fsdp_plugin is not None:
-        use_fsdp_on_cpu(accelerator, fsdp_plugin)
+    if on_cpu and plugin is None and fsdp_requested():
+        use_fsdp_on_cpu(accelerator)
     return accelerator
 
 

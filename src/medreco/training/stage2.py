@@ -269,9 +269,7 @@ def _trainer_class():
         def create_accelerator_and_postprocess(self):
             super().create_accelerator_and_postprocess()
             if fsdp_requested() and not torch.cuda.is_available() and not self.is_deepspeed_enabled:
-                from accelerate import FullyShardedDataParallelPlugin
-
-                use_fsdp_on_cpu(self.accelerator, FullyShardedDataParallelPlugin())  # as in the training loop
+                use_fsdp_on_cpu(self.accelerator)  # as in the training loop
                 self.is_fsdp_enabled = True
 
         def create_optimizer(self, *args, **kwargs):
