@@ -188,7 +188,11 @@ def _phantom_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--patients", type=int, default=20)
     parser.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
-    parser.add_argument("--modalities", default="chest_xray,chest_ct")
+    parser.add_argument(
+        "--modalities",
+        default="chest_xray,chest_ct",
+        help="comma-separated: chest_xray, chest_ct, abdominal_ct, brain_mri, ultrasound",
+    )
     parser.add_argument("--size", choices=["tiny", "small", "paper"], default="small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -214,6 +218,9 @@ def _entities_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modality", help="a modality (chest_ct) or family (CT)")
     parser.add_argument("--level", choices=["anatomy", "abnormal", "disease"])
     parser.add_argument("--extra", help="a JSON file extending the vocabulary")
+    parser.add_argument(
+        "--paper-only", action="store_true", help="the paper's vocabulary alone (without the shipped common findings)"
+    )
     parser.add_argument("--json", action="store_true")
 
 
@@ -221,7 +228,7 @@ def _entities(args: argparse.Namespace) -> int:
     """The entity vocabulary, optionally for one modality and level."""
     from .data.reports.ontology import Ontology
 
-    entities = Ontology.load(args.extra).entities(args.modality, args.level)
+    entities = Ontology.load(args.extra, paper_only=args.paper_only).entities(args.modality, args.level)
     if args.json:
         print(json.dumps([{**vars(e), "synonyms": list(e.synonyms)} for e in entities], indent=2))
         return 0
@@ -233,11 +240,17 @@ def _entities(args: argparse.Namespace) -> int:
 
 
 def _mine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.__class__ = _merge_aware(type(parser))
     parser.add_argument(
-        "manifest", help="CSV/JSONL with image, report, patient_id, modality (e.g. a cohort's manifest.jsonl)"
+        "manifest",
+        help="CSV/JSONL with image, report, patient_id, modality (e.g. a cohort's manifest.jsonl); or `merge`: "
+        "`medreco mine merge --out DIR SHARDS...` merges the shards of `--shard` runs into one mined folder",
     )
+    parser.add_argument("shards", nargs="*", help=argparse.SUPPRESS)  # the shard folders of `mine merge`
     parser.add_argument("--out", required=True, help="output folder (resumes an interrupted run)")
-    parser.add_argument("--workers", type=int, default=1, help="processes for report decomposition")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes for report decomposition (LLM server: reports in flight)"
+    )
     parser.add_argument(
         "--metrics",
         default="embedding,agreement",
@@ -258,13 +271,111 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         "train,validation,test); the training questions it removes go to vqa_removed",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shard",
+        help="decompose only shard I of N (I from 0) into OUT/shard-IIII-of-NNNN, then `medreco mine merge`; "
+        "auto/N takes I from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX",
+    )
     parser.add_argument("--quiet", action="store_true")
+    llm = parser.add_argument_group("LLM decomposition (the paper's prompts S1-S3)")
+    llm.add_argument(
+        "--decomposer",
+        choices=["rule", "llm"],
+        help="rule (offline, default) or llm (default with --llm-url/--llm-local)",
+    )
+    llm.add_argument("--llm-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (vLLM, llama.cpp)")
+    llm.add_argument("--llm-model", help="the model name the server serves")
+    llm.add_argument("--llm-local", help="instead of a server: a local transformers model (path or Hub name)")
+    llm.add_argument(
+        "--llm-api-key-env",
+        help="environment variable holding the API key (default: MEDRECO_LLM_API_KEY, used when set)",
+    )
+    llm.add_argument("--llm-rps", type=float, help="at most this many requests per second (all workers together)")
+    llm.add_argument("--llm-timeout", type=float, default=60.0, help="seconds to wait for one answer")
+    llm.add_argument("--llm-retries", type=int, default=4, help="retries on connection errors, 429 and 5xx")
+    llm.add_argument("--llm-max-tokens", type=int, default=300, help="longest answer")
+    llm.add_argument(
+        "--llm-allow-insecure-http",
+        action="store_true",
+        help="allow plain http:// to a host other than loopback (reports and key unencrypted)",
+    )
+
+
+def _merge_aware(parser_class: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """`parser_class`, parsing `mine merge --out DIR SHARDS...` with options and shard folders in
+    any order (argparse alone binds the positionals before the first option and refuses the rest)."""
+
+    class MergeAware(parser_class):
+        _intermixing = False
+
+        def parse_known_args(self, args=None, namespace=None):
+            if not args or args[0] != "merge" or self._intermixing:
+                return super().parse_known_args(args, namespace)
+            self._intermixing = True
+            try:
+                return self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._intermixing = False
+
+    return MergeAware
+
+
+_MINE_SETTINGS = (
+    "metrics",
+    "text_encoder",
+    "positive_threshold",
+    "negative_threshold",
+    "levels",
+    "language_prior_splits",
+    "seed",
+    "shard",
+    "decomposer",
+    "llm_url",
+    "llm_model",
+    "llm_local",
+    "llm_api_key_env",
+    "llm_rps",
+)
 
 
 def _mine(args: argparse.Namespace) -> int:
-    """Supervision datasets (triplets, retrieval, longitudinal labels, VQA) from a study manifest."""
-    from .data.mining import MiningConfig, mine
+    """Supervision datasets (triplets, retrieval, longitudinal labels, VQA) from a study manifest;
+    with --shard, one shard's decompositions; `mine merge`, the mined folder from all shards."""
+    from .data.mining import LLMSettings, MiningConfig, Shard, merge_shards, mine, mine_shard
 
+    if args.manifest == "merge":
+        defaults = argparse.ArgumentParser()
+        _mine_arguments(defaults)
+        default = vars(defaults.parse_args(["merge", "--out", "x"]))
+        given = [f"--{name.replace('_', '-')}" for name in _MINE_SETTINGS if getattr(args, name) != default[name]]
+        if given:
+            raise ValueError(f"mine merge takes its settings from the shards; drop {', '.join(given)}")
+        if not args.shards:
+            raise ValueError("mine merge needs the shard folders (or the folder holding them)")
+        summary = merge_shards(args.shards, args.out, progress=not args.quiet)
+        print(json.dumps(summary, indent=2))
+        return 0
+    if args.shards:
+        raise ValueError(f"unexpected arguments {' '.join(args.shards)} (shard folders go to `medreco mine merge`)")
+    llm_given = args.llm_url or args.llm_local
+    decomposer = args.decomposer or ("llm" if llm_given else "rule")
+    if decomposer == "rule" and (llm_given or args.llm_model):
+        raise ValueError("--llm-url/--llm-model/--llm-local are for --decomposer llm")
+    llm = None
+    if decomposer == "llm":
+        llm = LLMSettings(
+            url=args.llm_url,
+            model=args.llm_model,
+            local=args.llm_local,
+            api_key_env=args.llm_api_key_env,
+            requests_per_second=args.llm_rps,
+            timeout=args.llm_timeout,
+            max_retries=args.llm_retries,
+            max_tokens=args.llm_max_tokens,
+            allow_insecure_http=args.llm_allow_insecure_http,
+        )
+        if args.llm_url:
+            llm.backend()  # a refused URL or an unset key variable fails here, before the manifest is read
     config = MiningConfig(
         workers=args.workers,
         metrics=_names(args.metrics),
@@ -273,30 +384,55 @@ def _mine(args: argparse.Namespace) -> int:
         negative_threshold=_thresholds(args.negative_threshold),
         levels=_names(args.levels),
         language_prior_splits=_names(args.language_prior_splits),
+        decomposer=decomposer,
+        llm=llm,
         seed=args.seed,
     )
-    print(json.dumps(mine(args.manifest, args.out, config, progress=not args.quiet), indent=2))
+    if args.shard:
+        summary = mine_shard(args.manifest, args.out, config, Shard.parse(args.shard), progress=not args.quiet)
+    else:
+        summary = mine(args.manifest, args.out, config, progress=not args.quiet)
+    print(json.dumps(summary, indent=2))
     return 0
 
 
 def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
     parser.add_argument("root", help="the dataset's root folder")
-    parser.add_argument("--out", required=True, help="manifest .jsonl to write")
-    parser.add_argument("--metadata", help="MIMIC-CXR metadata CSV (view positions, study dates)")
-    parser.add_argument("--reports", help="CT-RATE reports CSV")
+    parser.add_argument("--out", required=True, help="manifest .jsonl to write (CT-RATE: also OUT_STEM.volumes/)")
+    parser.add_argument(
+        "--metadata",
+        nargs="+",
+        help="MIMIC-CXR: mimic-cxr-2.0.0-metadata.csv(.gz) (view positions, study dates); CT-RATE: "
+        "train_metadata.csv and/or validation_metadata.csv (voxel size, HU rescale). Default: the published place",
+    )
+    parser.add_argument(
+        "--split-csv", help="MIMIC-CXR: mimic-cxr-2.0.0-split.csv(.gz), the official split (default: beside files/)"
+    )
+    parser.add_argument(
+        "--reports", nargs="+", help="CT-RATE reports CSV(s) (default: dataset/radiology_text_reports/*_reports.csv)"
+    )
+    parser.add_argument(
+        "--headers-fixed",
+        action="store_true",
+        help="CT-RATE volumes already rewritten by its fix_metadata.py: read their headers as they are",
+    )
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    """A mining manifest from a public dataset's own layout."""
+    """A mining manifest from a public dataset's own layout, with its official split."""
     from .data import adapters
 
     if args.dataset == "mimic-cxr":
-        rows = adapters.mimic_cxr(args.root, args.metadata)
+        if args.reports or args.headers_fixed:
+            raise ValueError("--reports and --headers-fixed are CT-RATE options")
+        if args.metadata and len(args.metadata) > 1:
+            raise ValueError("mimic-cxr takes one --metadata file (mimic-cxr-2.0.0-metadata.csv)")
+        rows = adapters.mimic_cxr(args.root, args.metadata[0] if args.metadata else None, split_csv=args.split_csv)
     else:
-        if not args.reports:
-            raise ValueError("ct-rate needs --reports (the reports CSV)")
-        rows = adapters.ct_rate(args.root, args.reports)
+        if args.split_csv:
+            raise ValueError("--split-csv is a MIMIC-CXR option (CT-RATE's split is its train/valid folders)")
+        rows = adapters.ct_rate(args.root, args.reports, args.metadata, headers_fixed=args.headers_fixed)
     print(f"{adapters.write_manifest(rows, args.out)} studies written to {args.out}")
     return 0
 

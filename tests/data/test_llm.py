@@ -40,16 +40,18 @@ REPORT = (
 class FakeLLM(BaseHTTPRequestHandler):
     """Answers like a careful extractor: sentences of the report naming the entity's last word."""
 
-    script: list = []  # per-request overrides: an int status code, or a raw reply string
+    script: list = []  # per-request overrides: an int status code, a raw reply string, None: as usual
     seen: list = []
     requests: list = []  # (path, headers) of every request
+    answered: list = []  # the messages of every request answered with 200
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FakeLLM.seen.append((time.monotonic(), body))
         FakeLLM.requests.append((self.path, dict(self.headers)))
-        if FakeLLM.script:
-            action = FakeLLM.script.pop(0)
+        self.messages = json.dumps(body["messages"])
+        action = FakeLLM.script.pop(0) if FakeLLM.script else None
+        if action is not None:
             if isinstance(action, int):
                 self.send_response(action)
                 self.end_headers()
@@ -69,6 +71,7 @@ class FakeLLM(BaseHTTPRequestHandler):
         self._reply(" ".join(sentences) or "null")
 
     def _reply(self, text):
+        FakeLLM.answered.append(self.messages)
         data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -82,7 +85,7 @@ class FakeLLM(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    FakeLLM.script, FakeLLM.seen, FakeLLM.requests = [], [], []
+    FakeLLM.script, FakeLLM.seen, FakeLLM.requests, FakeLLM.answered = [], [], [], []
     with _serving(FakeLLM) as port:
         yield f"http://127.0.0.1:{port}/v1"
 
@@ -355,3 +358,141 @@ def test_through_a_tiny_local_transformers_model():
     assert decomposer.decompose(REPORT, "chest_xray", [pleura]).statements[pleura.id].entity_id == pleura.id
     with pytest.raises(LLMError):
         decomposer.extract(REPORT, decomposer.ontology.find("pleural effusion", "chest_xray"))
+
+
+# ------------------------------------------------------------------ `medreco mine --decomposer llm`
+LLM_REPORTS = [
+    "FINDINGS: Right lower lobe pneumonia. Small left pleural effusion.",
+    "FINDINGS: The pneumonia has resolved. No effusion.",
+    "FINDINGS: Large right pneumothorax. No pneumonia.",
+    "FINDINGS: The pneumothorax is smaller. Heart size is normal.",
+    "FINDINGS: Pulmonary edema. Cardiomegaly.",
+    "FINDINGS: Edema has improved. Stable cardiomegaly.",
+]
+
+
+def _llm_manifest(tmp_path, count: int = len(LLM_REPORTS)):
+    """Three patients, two chest radiographs each (a 6-study manifest, asked about 9 diseases each)."""
+    lines = ["image,report,patient_id,modality,study_day"]
+    lines += [f"s{i}.png,{report},P{i // 2},chest_xray,{i % 2 * 30}" for i, report in enumerate(LLM_REPORTS[:count])]
+    path = tmp_path / "manifest.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _mine_llm(manifest, out, server, *extra):
+    from medreco.cli import main
+
+    args = ["mine", str(manifest), "--out", str(out), "--quiet", "--levels", "disease", "--metrics", "agreement"]
+    return main([*args, "--llm-url", server, "--llm-model", "fake-llm", *extra])
+
+
+def test_llm_mining_resumes_without_asking_an_answered_prompt_again(server, tmp_path, capsys, monkeypatch):
+    import datasets
+
+    monkeypatch.setenv("MEDRECO_LLM_API_KEY", KEY)
+    manifest = _llm_manifest(tmp_path)
+    prompts = 6 * len(_diseases())  # one per report and chest radiograph disease
+    FakeLLM.script = [None] * 30 + [400]  # the server fails mid-run: the run stops with a one-line error
+    assert _mine_llm(manifest, tmp_path / "out", server, "--workers", "2", "--llm-retries", "0") == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "HTTP 400" in error and KEY not in error
+    interrupted = len(FakeLLM.answered)
+    assert 30 <= interrupted < prompts
+    assert _mine_llm(manifest, tmp_path / "out", server, "--workers", "2") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["studies"] == 6
+    assert summary["decomposer"] == {
+        "decomposer": "llm",
+        "backend": "openai",
+        "model": "fake-llm",
+        "levels": ["disease"],
+    }
+    # each prompt answered exactly once over the two runs
+    assert len(FakeLLM.answered) == len(set(FakeLLM.answered)) == prompts
+    assert summary["decomposed_now"] < 6  # the reports finished before the failure were not decomposed again
+    assert all(headers["Authorization"] == f"Bearer {KEY}" for _, headers in FakeLLM.requests)
+    statements = {
+        row["report"]: json.loads(row["statements"])
+        for row in datasets.load_from_disk(str(tmp_path / "out" / "studies"))
+    }
+    pneumonia = next(e.id for e in _diseases() if e.term == "pneumonia")
+    assert statements[LLM_REPORTS[0]][pneumonia]["status"] == "positive"
+    assert statements[LLM_REPORTS[2]][pneumonia]["status"] == "negative"
+    assert KEY not in (tmp_path / "out" / "summary.json").read_text()
+    # the rule-based decomposer never reuses the LLM's decompositions, and back again nothing is asked
+    assert _mine_rule(manifest, tmp_path / "out") == 6
+    capsys.readouterr()
+    assert _mine_llm(manifest, tmp_path / "out", server) == 0
+    assert json.loads(capsys.readouterr().out)["decomposed_now"] == 0 and len(FakeLLM.answered) == prompts
+
+
+def _diseases():
+    from medreco.data.reports.ontology import Ontology
+
+    return Ontology.load().entities("chest_xray", "disease")
+
+
+def _mine_rule(manifest, out) -> int:
+    """`medreco mine` with the rule-based decomposer; how many reports it decomposed."""
+    from medreco.cli import main
+
+    args = ["mine", str(manifest), "--out", str(out), "--quiet", "--levels", "disease", "--metrics", "agreement"]
+    assert main(args) == 0
+    return json.loads((out / "summary.json").read_text())["decomposed_now"]
+
+
+def test_llm_mining_keeps_the_rate_limit_across_workers(server, tmp_path):
+    manifest = _llm_manifest(tmp_path, count=2)
+    assert _mine_llm(manifest, tmp_path / "out", server, "--workers", "3", "--llm-rps", "20") == 0
+    times = sorted(t for t, _ in FakeLLM.seen)
+    assert len(times) == 2 * len(_diseases())
+    # 20 requests/s over three threads: 50 ms apart at the client; a few ms of jitter at the server
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 0.035 and times[-1] - times[0] >= len(gaps) * 0.045
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--llm-url", "ftp://llm.example/v1", "--llm-model", "m"], "not an http:// or https:// URL"),
+        (["--llm-url", "http://10.0.0.5/v1", "--llm-model", "m"], "plain HTTP"),
+        (["--llm-url", "http://127.0.0.1:9/v1", "--llm-model", "m", "--llm-retries", "0"], "no valid answer"),
+        (["--llm-url", "http://127.0.0.1:9/v1"], "needs --llm-model"),
+        (["--decomposer", "llm"], "needs either a server URL"),
+        (["--decomposer", "rule", "--llm-model", "m"], "are for --decomposer llm"),
+        (
+            ["--llm-url", "http://127.0.0.1:9/v1", "--llm-model", "m", "--llm-api-key-env", "MEDRECO_TEST_NO_KEY"],
+            "MEDRECO_TEST_NO_KEY",
+        ),
+    ],
+)
+def test_llm_mining_failures_are_one_line(tmp_path, capsys, extra, message):
+    from medreco.cli import main
+
+    manifest = _llm_manifest(tmp_path, count=2)
+    assert main(["mine", str(manifest), "--out", str(tmp_path / "out"), "--quiet", *extra]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+def test_llm_mining_through_a_local_transformers_model(tmp_path, capsys):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from medreco.cli import main
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_text_encoder_path())
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = {**medreco.PRESETS["tiny"]["vlm"]["text_config"], "vocab_size": len(tokenizer)}
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    manifest = _llm_manifest(tmp_path, count=2)
+    args = ["mine", str(manifest), "--out", str(tmp_path / "out"), "--quiet", "--levels", "disease"]
+    args += ["--metrics", "agreement", "--llm-local", str(tmp_path / "model"), "--llm-max-tokens", "3"]
+    assert main(args) == 0
+    # (the summary file, not stdout: importing DeepSpeed, where installed, prints a line there)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["studies"] == 2 and summary["decomposed_now"] == 2
+    assert summary["decomposer"]["backend"] == "transformers"
+    assert main(args) == 0 and json.loads((tmp_path / "out" / "summary.json").read_text())["decomposed_now"] == 0

@@ -3,7 +3,7 @@ import pytest
 from medreco.data.mining.benchmark import score_change_labels
 from medreco.data.mining.longitudinal import INVERSE, change_label, consistent_change_label
 from medreco.data.phantom import PhantomConfig, generate_cohort
-from medreco.data.reports.attributes import read_attributes
+from medreco.data.reports.attributes import location_phrases, read_attributes, read_stated_prior
 from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
 
 P, N, U, M = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN, MentionStatus.NOT_MENTIONED
@@ -15,12 +15,135 @@ def statement(status, *sentences):
 
 def test_attributes_read_the_current_state_only():
     a = read_attributes("There is an 18 mm spiculated part-solid nodule in the right upper lobe, increased from 12 mm.")
-    assert a.size_mm == 18 and a.margins == "spiculated" and a.density == "part-solid"
+    assert a.size_mm == 18 and a.margins == "spiculated" and a.composition == a.density == "part-solid"
     assert a.lobes == {"right upper lobe"} and a.side == "right" and a.change_cue == "increased"
     assert read_attributes("Moderate bilateral pleural effusions.").side == "bilateral"
     assert read_attributes("A 1.5 cm mass.").size_mm == 15
     assert read_attributes("3 pulmonary nodules, up to 7 mm.").number == 3
     assert read_attributes("The heart is moderately enlarged, unchanged.").change_cue == "stable"
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "value"),
+    [
+        ("A round 12 mm nodule.", "morphology", "round"),
+        ("An irregularly shaped opacity with irregular margins.", "morphology", "irregular"),
+        ("Plate-like atelectasis at the left base.", "morphology", "linear"),
+        ("A heterogeneous nodule with internal calcification.", "internal", {"heterogeneous", "calcification"}),
+        ("Consolidation with air bronchograms and cavitation.", "internal", {"air bronchograms", "cavitation"}),
+        ("A lymph node with central necrosis.", "internal", {"necrosis"}),
+        ("Atelectasis with volume loss, without mass effect.", "associated", {"volume loss"}),
+        ("A lesion with surrounding oedema and mass effect.", "associated", {"oedema", "mass effect"}),
+        ("A hypoechoic nodule with posterior acoustic shadowing.", "associated", {"posterior acoustic shadowing"}),
+        ("Consolidation, likely infectious.", "aetiology", "infectious"),
+        ("A spiculated nodule, suspicious for malignancy.", "aetiology", "neoplastic"),
+        ("Enlarged nodes, likely reactive, no evidence of malignancy.", "aetiology", "inflammatory"),
+        ("Patchy consolidation in the right lower lobe.", "distribution", "patchy"),
+        ("Diffusely decreased attenuation of the liver.", "distribution", "diffuse"),
+        ("Multifocal opacities.", "distribution", "multifocal"),
+        ("A peripheral opacity in the left upper zone.", "location", {"peripheral", "upper zone"}),
+        ("Nodule in the right lower lobe.", "location", {"right lower lobe"}),
+        ("A cavity with central necrosis.", "location", set()),  # "central necrosis" is not a location
+        ("A fat-containing cystic lesion.", "composition", "cystic"),
+    ],
+)
+def test_descriptive_attributes(text, name, value):
+    read = getattr(read_attributes(text), name)
+    assert (set(read) if isinstance(value, set) else read) == value
+    assert read_attributes(text).comparable() == read_attributes(text).comparable()  # sets as sorted tuples
+
+
+def test_location_phrases_compare_at_the_finest_shared_granularity():
+    lobe, zone = (
+        read_attributes("Opacity in the right upper lobe."),
+        read_attributes("Opacity in the right lower zone."),
+    )
+    assert location_phrases(lobe, read_attributes("Opacity in the left lower lobe.")) == (
+        "right upper lobe",
+        "left lower lobe",
+        "lobe",
+    )
+    assert location_phrases(lobe, zone) == ("right", "right", "side")  # lobe vs zone: only the side is shared
+    assert location_phrases(zone, read_attributes("Left lower zone opacity.")) == (
+        "right lower zone",
+        "left lower zone",
+        "zone",
+    )
+    assert location_phrases(read_attributes("Opacity."), zone) is None
+    assert read_stated_prior("Nodule, now part-solid where the prior study showed solid composition.").composition == (
+        "solid"
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "attribute"),
+    [
+        ("Consolidation in the right lower lobe.", "Consolidation in the left upper lobe.", "location"),
+        (
+            "Focal consolidation in the right lower lobe.",
+            "Patchy consolidation in the right lower lobe.",
+            "distribution",
+        ),
+        ("A small right pleural effusion.", "Small bilateral pleural effusions.", "distribution"),
+        ("A 12 mm solid nodule.", "A 12 mm part-solid nodule.", "composition"),
+        ("Consolidation with air bronchograms.", "Consolidation with cavitation.", "composition"),
+        ("A round 9 mm nodule.", "An irregularly shaped 9 mm nodule.", "morphology"),
+        # the older report does not state it; the newer one says what the prior showed
+        (
+            "A 9 mm nodule.",
+            "A 9 mm nodule, now part-solid where the prior study showed solid composition.",
+            "composition",
+        ),
+        (
+            "Consolidation in the left lower lobe.",
+            "Patchy consolidation in the left lower lobe, previously focal.",
+            "distribution",
+        ),
+    ],
+)
+def test_qualitative_change_kinds(before, after, attribute):
+    label = consistent_change_label(statement(P, before), statement(P, after))  # checked in both directions
+    assert (label.label, label.attribute) == ("qualitatively changed", attribute)
+    # an attribute one report leaves unsaid is no change; size still outranks the qualitative kinds
+    assert consistent_change_label(statement(P, "Consolidation."), statement(P, after)).label == (
+        "qualitatively changed" if "previously" in after or "where the prior" in after else "stable"
+    )
+    assert consistent_change_label(statement(P, "A 10 mm " + before), statement(P, "A 16 mm " + after)).label == (
+        "increased"
+    )
+
+
+def test_synthetic_reports_state_the_new_change_kinds():
+    """Chest findings evolved and written as reports (no images: fast): every location,
+    distribution and composition change the cohort makes is read back with its attribute (when
+    both reports call the finding present)."""
+    import numpy as np
+
+    from medreco.data.mining.benchmark import phantom_entity
+    from medreco.data.phantom.findings import evolve, sample_finding
+    from medreco.data.phantom.reports import write_report
+
+    decomposer, found = RuleBasedDecomposer(), {}
+    rng = np.random.default_rng(0)
+    for index in range(300):
+        modality = ("chest_xray", "chest_ct")[index % 2]
+        prior = [sample_finding(key, rng, True) for key in ("consolidation", "lung_nodule")]
+        evolved = [evolve(f, rng) for f in prior]
+        current, changes = [f for f, _ in evolved], {f.key: c for f, (_, c) in zip(prior, evolved) if c}
+        before, _ = write_report(modality, prior, rng)
+        after, _ = write_report(modality, current, rng, prior, changes, 30)
+        for key, change in changes.items():
+            if change["label"] != "qualitatively changed":
+                continue
+            entity = phantom_entity(decomposer.ontology, key, modality)
+            a = decomposer.decompose(before, modality, [entity]).statements[entity.id]
+            b = decomposer.decompose(after, modality, [entity]).statements[entity.id]
+            label = consistent_change_label(a, b)
+            if label is None:  # the prior report called it uncertain
+                continue
+            found[change["attribute"]] = found.get(change["attribute"], 0) + 1
+            assert (label.label, label.attribute) == (change["label"], change["attribute"]), (before, after)
+    assert {"location", "distribution", "composition", "margins"} <= set(found), found
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,71 @@ def ontology():
     return Ontology.load()
 
 
-def test_vocabulary_matches_appendix_s2(ontology):
-    assert [len(ontology.entities(level=level)) for level in ("anatomy", "abnormal", "disease")] == [42, 69, 28]
-    assert {family: len(ontology.entities(family)) for family in ontology.families} == {
+def test_vocabulary_matches_appendix_s2():
+    paper = Ontology.load(paper_only=True)
+    assert [len(paper.entities(level=level)) for level in ("anatomy", "abnormal", "disease")] == [42, 69, 28]
+    assert {family: len(paper.entities(family)) for family in paper.families} == {
         "CXR": 53,
         "CT": 51,
         "BRAIN": 18,
         "US": 17,
     }
-    assert all(e.anatomy for e in ontology.entities(level="abnormal"))
-    assert len({e.id for e in ontology.entities()}) == len(ontology)
+    assert all(e.anatomy for e in paper.entities(level="abnormal"))
+    assert len({e.id for e in paper.entities()}) == len(paper)
+
+
+def test_shipped_extension_adds_to_the_paper_vocabulary_and_keeps_its_entities(ontology):
+    paper = Ontology.load(paper_only=True)
+    for entity in paper.entities():  # every paper entity is kept, with its name and level
+        extended = ontology[entity.id]
+        assert (extended.name, extended.level, extended.anatomy) == (entity.name, entity.level, entity.anatomy)
+        assert set(entity.synonyms) <= set(extended.synonyms)
+    assert len(ontology) > len(paper) and len({e.id for e in ontology.entities()}) == len(ontology)
+    added = [e for e in ontology.entities(level="abnormal") if e.id not in {p.id for p in paper.entities()}]
+    for entity in added:  # an anatomy the extension names is one its family lists
+        assert entity.anatomy is None or ontology.anatomy_of(entity) is not None, entity.id
+
+
+CHEXPERT_OBSERVATIONS = {  # the 13 CheXpert findings (all but "No Finding"), by the names reports use
+    "Enlarged Cardiomediastinum": "enlarged cardiomediastinum",
+    "Cardiomegaly": "cardiomegaly",
+    "Lung Opacity": "lung opacity",
+    "Lung Lesion": "lung lesion",
+    "Edema": "edema",
+    "Consolidation": "consolidation",
+    "Pneumonia": "pneumonia",
+    "Atelectasis": "atelectasis",
+    "Pneumothorax": "pneumothorax",
+    "Pleural Effusion": "pleural effusion",
+    "Pleural Other": "pleural thickening",
+    "Fracture": "fracture",
+    "Support Devices": "support devices",
+}
+
+
+@pytest.mark.parametrize("observation", sorted(CHEXPERT_OBSERVATIONS))
+def test_every_chexpert_observation_has_a_chest_xray_entity(ontology, observation):
+    entity = ontology.find(CHEXPERT_OBSERVATIONS[observation], "chest_xray")
+    assert entity.family == "CXR" and entity.level in ("abnormal", "disease")
+
+
+@pytest.mark.parametrize(
+    ("phrase", "modality", "entity_id"),
+    [
+        ("rib fracture", "chest_xray", "cxr/abnormal/bone-fracture@ribs"),
+        (
+            "solitary pulmonary nodule",
+            "chest_ct",
+            "ct/abnormal/solitary-pulmonary-nodule-and-mass@pulmonary-parenchyma",
+        ),
+        ("pneumothoraces", "chest_xray", "cxr/abnormal/pneumothorax@pleura"),  # a plural
+        ("haemorrhage", "brain_mri", "brain/disease/intracranial-hemorrhage"),  # a British spelling
+        ("ground glass opacities", "chest_ct", "ct/abnormal/ground-glass-opacity@pulmonary-parenchyma"),
+        ("gallstones", "ultrasound", "us/abnormal/cholelithiasis@gallbladder"),
+    ],
+)
+def test_report_phrasings_resolve(ontology, phrase, modality, entity_id):
+    assert ontology.find(phrase, modality).id == entity_id
 
 
 def test_lookups(ontology):
@@ -66,8 +121,10 @@ def test_users_extend_the_vocabulary(tmp_path):
 
 
 def test_entities_command(capsys):
-    assert main(["entities", "--modality", "chest_ct", "--level", "disease", "--json"]) == 0
+    assert main(["entities", "--modality", "chest_ct", "--level", "disease", "--json", "--paper-only"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert len(listed) == 10 and all(e["family"] == "CT" for e in listed)
-    assert main(["entities", "--modality", "brain_mri"]) == 0
+    assert main(["entities", "--modality", "brain_mri", "--paper-only"]) == 0
     assert "18 entities" in capsys.readouterr().out
+    assert main(["entities", "--modality", "brain_mri"]) == 0
+    assert int(capsys.readouterr().out.split()[-2]) > 18  # the shipped common findings

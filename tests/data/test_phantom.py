@@ -1,3 +1,4 @@
+import copy
 import json
 import re
 
@@ -164,5 +165,133 @@ def test_phantom_command(tmp_path):
     )
     lines = (tmp_path / "manifest.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[1])["prior_study_id"] == json.loads(lines[0])["study_id"]
-    with pytest.raises(ValueError, match="no \\['brain_mri'\\]"):
-        PhantomConfig(modalities=("brain_mri",))
+    with pytest.raises(ValueError, match="no \\['knee_mri'\\]"):
+        PhantomConfig(modalities=("knee_mri",))
+
+
+# ------------------------------------------------------------------ brain MRI, abdominal CT, ultrasound
+
+FAMILY_MODALITIES = ("brain_mri", "abdominal_ct", "ultrasound")
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    out = tmp_path_factory.mktemp("families")
+    config = PhantomConfig(num_patients=5, studies_per_patient=2, modalities=FAMILY_MODALITIES, size="tiny", seed=11)
+    return out, generate_cohort(config, out, progress=False)
+
+
+def test_family_studies_are_real_files_in_scanner_layouts(families):
+    out, records = families
+    assert {r.modality for r in records} == set(FAMILY_MODALITIES) and len(records) == 5 * 2 * 3
+    processor = MedReCoImageProcessor(
+        recipes={
+            "brain_mri": {"size": [6, 24, 24], "spacing": [15.0, 8.0, 8.0]},
+            "abdominal_ct": {"size": [10, 24, 24], "spacing": [24.0, 14.0, 14.0]},
+            "ultrasound": {"size": [1, 32, 32]},
+        }
+    )
+    for record in records:
+        image = load_image(out / record.image)
+        assert np.isfinite(image.array).all() and record.report
+        if record.modality == "brain_mri":  # the FLAIR series; T1 and T2 series and a FLAIR NIfTI beside it
+            assert record.image.endswith("AX_FLAIR") and image.modality == "MR" and image.shape[0] > 1
+            t1, t2, nifti = (load_image(out / path) for path in record.alternate_images)
+            assert t1.shape == t2.shape == image.shape and t1.modality == "MR"
+            np.testing.assert_array_equal(nifti.array, image.array)
+            csf = t2.array > 1050  # CSF: bright on T2, dark on T1 and FLAIR
+            assert csf.any() and image.array[csf].mean() < 500 and t1.array[csf].mean() < 500
+        elif record.modality == "abdominal_ct":
+            assert image.modality == "CT" and image.shape[0] > 1 and image.geometry.axes == ("S", "P", "L")
+            np.testing.assert_array_equal(load_image(out / record.alternate_images[0]).array, image.array)
+        else:  # a single frame (RGB or palette) and a multi-frame cine loop, spacing from the US regions
+            assert image.modality == "US" and image.shape[0] == 1 and image.geometry.spacing_known
+            cine = load_image(out / record.alternate_images[0])
+            assert cine.shape[0] == 1 and cine.geometry.spacing == image.geometry.spacing
+        tensor = processor.preprocess_one(image, record.modality)
+        assert tensor.shape[0] == 1 and tensor.isfinite().all()
+
+
+def test_family_ground_truth_changes_and_exact_reports(families):
+    from medreco.data.mining.benchmark import phantom_entity, score_decomposition
+    from medreco.data.phantom import FAMILIES
+    from medreco.data.reports.decomposition import RuleBasedDecomposer
+
+    out, records = families
+    decomposer = RuleBasedDecomposer()
+    changes = set()
+    for record in records:
+        truth = read_ground_truth(out, record.study_id)
+        keys = {f["key"] for f in truth["findings"]}
+        assert keys == set(truth["mentions"]) and keys <= {t.key for t in FAMILIES[record.modality].types}
+        for key in keys:
+            assert phantom_entity(decomposer.ontology, key, record.modality) is not None
+        if record.prior_study_id is not None:
+            assert record.prior_study_id.rsplit("-", 1)[0] == record.study_id.rsplit("-", 1)[0]
+            changes.update(c["label"] for c in truth["changes_from_prior"].values())
+        else:
+            assert "COMPARISON:  None." in record.report
+    assert {"new", "stable"} <= changes and changes <= set(CHANGE_LABELS)
+    exams = {read_ground_truth(out, r.study_id)["findings"][0]["key"] for r in records if r.modality == "ultrasound"}
+    assert exams & {"thyroid_nodule"} or exams & {"us_gallstones"}  # one examination kind per patient
+    scores = score_decomposition(decomposer, out)
+    assert scores["status_accuracy"] == 1.0 and scores["span_precision"] == scores["span_recall"] == 1.0, scores
+
+
+def _difference(render, present_key, sample, rng_seed=0):
+    """How much one finding changes a rendering (mean absolute difference where it changes anything)."""
+    base = [sample(key, np.random.default_rng(1), False) for key in present_key[1]]
+    with_finding = [f if f.key != present_key[0] else _present(copy.deepcopy(f)) for f in base]
+    a, b = render(base, np.random.default_rng(rng_seed)), render(with_finding, np.random.default_rng(rng_seed))
+    changed = np.abs(a - b) > 1e-3
+    return float(np.abs(a - b)[changed].mean()) if changed.any() else 0.0
+
+
+def _present(finding):
+    finding.present = True
+    return finding
+
+
+def test_every_family_finding_is_visible_at_the_small_size():
+    from medreco.data.phantom import abdomen, brain, ultrasound
+    from medreco.data.phantom.render import Grid
+
+    def grid(field, spacing, centre):
+        shape = tuple(max(2, round(f / s)) for f, s in zip(field, spacing))
+        return Grid(shape, spacing, tuple(c - (n - 1) * s / 2 for c, n, s in zip(centre, shape, spacing)))
+
+    brain_grid = grid(brain.FIELD_OF_VIEW, brain.SPACING["small"], (15.0, 0.0, 0.0))
+    keys = [t.key for t in brain.TYPES]
+    for key in keys:
+        difference = _difference(
+            lambda f, rng: brain.render_sequences(brain_grid, f, {"head_scale": 1.0}, rng)["FLAIR"],
+            (key, keys),
+            brain.sample,
+        )
+        assert difference > 100, key  # FLAIR noise is 18
+    abdomen_grid = grid(abdomen.FIELD_OF_VIEW, abdomen.SPACING["small"], (0.0, 0.0, 0.0))
+    keys = [t.key for t in abdomen.TYPES]
+    for key in keys:
+        difference = _difference(
+            lambda f, rng: abdomen.render_abdomen_hu(abdomen_grid, f, {"body_scale": 1.0, "liver_shift": 0.0}, rng),
+            (key, keys),
+            abdomen.sample,
+        )
+        assert difference > 20, key  # HU noise is 12
+    for exam, keys in ultrasound.EXAMS.items():
+        for key in keys:
+            difference = _difference(
+                lambda f, rng, exam=exam: ultrasound.render_frames(exam, f, 128, rng, 1.0)[0][0],
+                (key, keys),
+                ultrasound.sample,
+            )
+            assert difference > 0.1, key
+
+
+def test_cli_phantom_accepts_every_family(tmp_path, capsys):
+    assert main(["phantom", "--out", str(tmp_path), "--patients", "1", "--studies", "1", "--size", "tiny",
+                 "--modalities", "brain_mri,ultrasound", "--quiet"]) == 0  # fmt: skip
+    assert "2 studies" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="abdominal_ct"):
+        PhantomConfig(modalities=("knee_mri",))
+    assert PhantomConfig().modalities == ("chest_xray", "chest_ct")

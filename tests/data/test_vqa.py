@@ -48,6 +48,88 @@ def test_questions_are_four_option_and_cover_the_dimensions(mined):
         assert all(isinstance(o, str) for o in sample.options) and sample.open_answer
 
 
+NEW_DIMENSIONS = {
+    "morphology",
+    "internal characteristics",
+    "associated findings",
+    "aetiology",
+    "distribution",
+    "composition",
+}
+
+
+def test_the_mined_questions_cover_the_papers_descriptive_dimensions(mined):
+    from medreco.data.mining.longitudinal import consistent_change_label
+
+    _, records, _, statements, samples = mined
+    assert {s.dimension for s in samples} >= NEW_DIMENSIONS
+    lobes = [s for s in samples if s.dimension == "location" and "lobe" in s.open_answer]
+    assert lobes and all("the location of" in s.question for s in lobes)
+    # the follow-up labels of the same cohort (as `longitudinal_labels` mines them) name the new kinds
+    attributes = {
+        label.attribute
+        for record in records
+        if record.prior_study_id is not None
+        for entity_id, current in statements[record.study_id].items()
+        if (label := consistent_change_label(statements[record.prior_study_id][entity_id], current)) is not None
+    }
+    assert attributes >= {"composition", "distribution", "presence", "size"}
+
+
+@pytest.mark.parametrize(
+    ("text_a", "text_b", "dimension", "answer"),
+    [
+        ("A round 9 mm nodule.", "An oval 9 mm nodule.", "morphology", "Round in Case A, oval in Case B"),
+        (
+            "A nodule with internal calcification.",
+            "A heterogeneous nodule with cavitation.",
+            "internal characteristics",
+            "Calcification in Case A, heterogeneous content and cavitation in Case B",
+        ),
+        (
+            "Atelectasis with volume loss.",
+            "Atelectasis with volume loss.",
+            "associated findings",
+            "Volume loss in both",
+        ),
+        (
+            "Consolidation, likely infectious.",
+            "Consolidation, likely inflammatory.",
+            "aetiology",
+            "Infectious in Case A, inflammatory in Case B",
+        ),
+        ("Focal consolidation.", "Patchy consolidation.", "distribution", "Focal in Case A, patchy in Case B"),
+        ("A solid nodule.", "A part-solid nodule.", "composition", "Solid in Case A, part-solid in Case B"),
+        (
+            "Consolidation in the right upper lobe.",
+            "Consolidation in the left lower lobe.",
+            "location",
+            "Right upper lobe in Case A, left lower lobe in Case B",
+        ),
+        ("Consolidation in the right upper lobe.", "Right upper lobe consolidation.", "location", "The same lobe"),
+    ],
+)
+def test_questions_per_descriptive_dimension(text_a, text_b, dimension, answer):
+    import numpy as np
+
+    from medreco.data.mining.vqa import closed_questions
+    from medreco.data.reports.ontology import Ontology
+
+    entity = Ontology.load().find("consolidation", "chest_ct")
+    a, b = EntityStatement(entity.id, P, [text_a]), EntityStatement(entity.id, P, [text_b])
+    asked = {
+        d: (o, letter, reference)
+        for d, _, o, letter, reference in closed_questions(a, b, entity, np.random.default_rng(1))
+    }
+    options, letter, reference = asked[dimension]
+    assert options[LETTERS.index(letter)] == answer and len(set(options)) == 4
+    assert reference and open_question(dimension, "consolidation") != open_question("presence", "consolidation")
+    sample = VQASample("a", "b", entity.id, dimension, "q", options, letter, "q", reference)
+    # both images are needed: the answer changes when either finding is absent
+    assert depends_on_both_images(sample, a, b, template_answer(sample, entity))
+    assert all("acoustic" not in o for o in options)  # distractors plausible for a chest CT
+
+
 def test_presence_answers_match_the_image_truth(mined):
     out, records, decomposer, _, samples = mined
     truth = {
@@ -218,7 +300,11 @@ def test_longitudinal_questions_from_the_follow_up_table():
         "The pleural effusion has increased in size.",
         "The pleural effusion is stable.",
     ]
-    assert change_sentence("nodule", "qualitatively changed", "margins") == "The nodule has changed in character."
+    assert change_sentence("nodule", "qualitatively changed", "margins") == "The margins of the nodule have changed."
+    assert change_sentence("consolidation", "qualitatively changed", "location") == (
+        "The consolidation has changed in location."
+    )
+    assert change_sentence("nodule", "qualitatively changed", "overall") == "The nodule has changed in character."
 
 
 def test_sampled_pairs_cap_every_study_and_patient_unlike_the_first_combinations():

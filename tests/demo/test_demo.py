@@ -36,7 +36,10 @@ def demo(tmp_path_factory) -> Path:
 def test_demo_writes_metrics_with_the_documented_schema(demo):
     metrics = json.loads((demo / "metrics.json").read_text())
     assert set(metrics) >= {"retrieval", "vqa", "longitudinal", "wall_time_seconds", "run", "montage"}
-    assert set(metrics["retrieval"]) == {"chest_xray", "chest_ct", "all"}
+    families = {"chest_xray", "chest_ct", "brain_mri", "abdominal_ct", "ultrasound"}
+    assert set(metrics["retrieval"]) == families | {"all"}
+    assert set(metrics["expert_changes"]) == families  # every family's expert trained
+    assert all(change > 0.01 for change in metrics["expert_changes"].values()), metrics["expert_changes"]
     for modality, levels in metrics["retrieval"].items():
         assert "all" in levels and "abnormality" in levels, modality
         for entry in levels.values():

@@ -183,7 +183,7 @@ def test_series_without_series_numbers_are_selectable(tmp_path):
     assert load_image(tmp_path / "s", ReaderOptions(series=uid_b)).array.max() == 100
     assert load_image(tmp_path / "s", ReaderOptions(series=uid_b[:-3])).array.max() == 100  # a unique start
     assert [s["selector"] for s in list_dicom_series(tmp_path / "s")] == selectors
-    with pytest.raises(SeriesError, match="neither a SeriesNumber"):
+    with pytest.raises(SeriesError, match="no series whose description has the word"):
         load_image(tmp_path / "s", ReaderOptions(series="CT"))
 
 
@@ -352,3 +352,113 @@ def test_gzipped_dicom_and_siemens_mosaics(tmp_path):
 
 def test_public_api():
     assert medreco.load_image is load_image
+
+
+# ------------------------------------------------------------------ MR and ultrasound as scanners write them
+
+
+def _mr_volumes():
+    rng = np.random.default_rng(3)
+    return {name: rng.integers(0, 3000, size=(5, 12, 14)).astype(np.float64) for name in ("T1", "T2", "FLAIR")}
+
+
+def test_mr_study_exported_one_series_per_folder_and_all_in_one_folder(tmp_path):
+    from medreco.processing.writers import DicomIdentity, write_mr_series
+
+    volumes = _mr_volumes()
+    folders = write_mr_series(volumes, (5.0, 0.9, 0.9), tmp_path / "split", DicomIdentity(), origin=(-6, -5, 40))
+    for name, folder in folders.items():
+        image = load_image(folder)
+        np.testing.assert_array_equal(image.array, volumes[name])  # unsigned 16-bit, no rescale, head first on disk
+        assert image.modality == "MR" and image.geometry.axes == ("S", "P", "L")
+        assert image.geometry.spacing == pytest.approx((5.0, 0.9, 0.9))
+    header = pydicom.dcmread(folders["FLAIR"] / "IM00001.dcm")
+    assert header.SOPClassUID == pydicom.uid.MRImageStorage and header.PixelRepresentation == 0
+    assert "IR" in header.ScanningSequence and header.InversionTime and header.SeriesDescription == "AX FLAIR"
+    assert header.InstanceNumber == 1 and header.ImagePositionPatient[2] == pytest.approx(40 + 4 * 5.0)
+
+    write_mr_series(volumes, (5.0, 0.9, 0.9), tmp_path / "one", DicomIdentity(), one_folder=True)
+    with pytest.raises(MultipleSeriesError, match="'AX FLAIR'"):
+        load_image(tmp_path / "one")
+    assert [s["description"] for s in list_dicom_series(tmp_path / "one")] == ["AX T1 SE", "AX T2 TSE", "AX FLAIR"]
+    for selector, name in (("FLAIR", "FLAIR"), ("t2", "T2"), ("AX T1 SE", "T1"), ("3", "T2"), ("T2 TSE", "T2")):
+        np.testing.assert_array_equal(load_image(tmp_path / "one", ReaderOptions(series=selector)).array, volumes[name])
+    with pytest.raises(MultipleSeriesError, match="3 series match"):
+        load_image(tmp_path / "one", ReaderOptions(series="AX"))
+    with pytest.raises(SeriesError, match="DWI"):
+        load_image(tmp_path / "one", ReaderOptions(series="DWI"))
+    tensor = MedReCoImageProcessor(recipes={"brain_mri": {"size": [4, 16, 16], "spacing": [6.0, 1.0, 1.0]}})
+    assert tuple(tensor.preprocess_one(load_image(folders["T2"]), "brain_mri").shape) == (1, 4, 16, 16)
+
+
+@pytest.mark.parametrize(
+    "photometric, planar", [("RGB", 0), ("RGB", 1), ("PALETTE COLOR", 0), ("MONOCHROME2", 0)], ids=str
+)
+def test_ultrasound_single_frames_as_consoles_store_them(tmp_path, photometric, planar):
+    from medreco.processing.writers import DicomIdentity, write_ultrasound
+
+    grey = np.random.default_rng(4).uniform(0, 1, size=(30, 40))
+    path = write_ultrasound(
+        grey, (0.25, 0.3), tmp_path / "us.dcm", DicomIdentity(), photometric=photometric, planar_configuration=planar
+    )
+    header = pydicom.dcmread(path)
+    assert header.SOPClassUID == pydicom.uid.UltrasoundImageStorage and header.BurnedInAnnotation == "YES"
+    assert "PixelSpacing" not in header and len(header.SequenceOfUltrasoundRegions) == 2
+    image = load_image(path)
+    assert image.shape == (1, 30, 40) and image.modality == "US"
+    # spacing from the tissue region (cm), not from the unitless bar region listed first
+    assert image.geometry.spacing == pytest.approx((1.0, 0.25, 0.3)) and image.geometry.spacing_known
+    stored = np.round(grey * 255)
+    tint = 0.299 + 0.587 * 0.94 + 0.114 * 0.82 if photometric == "PALETTE COLOR" else 1.0  # the console's palette
+    np.testing.assert_allclose(image.array[0], stored * tint, atol=0.6)
+    processor = MedReCoImageProcessor(recipes={"ultrasound": {"size": [1, 32, 32]}})
+    tensor = processor.preprocess_one(image, "ultrasound")
+    assert tuple(tensor.shape) == (1, 1, 32, 32) and tensor.isfinite().all()
+
+
+def test_ultrasound_cine_loop_reads_one_frame(tmp_path):
+    from medreco.processing.writers import DicomIdentity, write_ultrasound
+
+    frames = np.random.default_rng(5).uniform(0, 1, size=(7, 20, 24))
+    path = write_ultrasound(frames, 0.4, tmp_path / "cine.dcm", DicomIdentity(), frame_time_ms=40.0)
+    header = pydicom.dcmread(path)
+    assert header.SOPClassUID == pydicom.uid.UltrasoundMultiFrameImageStorage
+    assert int(header.NumberOfFrames) == 7 and float(header.FrameTime) == 40.0
+    image = load_image(path)
+    assert image.shape == (1, 20, 24)
+    np.testing.assert_allclose(image.array[0], np.round(frames[3] * 255), atol=0.6)  # the middle frame
+    assert any("frame 3 (the middle one)" in w for w in image.warnings)
+    chosen = load_image(path, ReaderOptions(volume_index=6))
+    np.testing.assert_allclose(chosen.array[0], np.round(frames[6] * 255), atol=0.6)
+    with pytest.raises(UnsupportedImageError, match=r"volume_index 7 outside 0\.\.6"):
+        load_image(path, ReaderOptions(volume_index=7))
+
+
+def test_ultrasound_written_another_way(tmp_path):
+    """A file built directly with pydicom as another console writes it: RGB planar configuration 1 (all
+    red, then green, then blue), no preamble meta quirks, one region in cm with negative deltas, and a
+    two-frame loop without FrameTime."""
+    rng = np.random.default_rng(6)
+    rgb = rng.integers(0, 256, size=(2, 10, 12, 3), dtype=np.uint8)
+    dataset = pydicom.Dataset()
+    dataset.file_meta = pydicom.dataset.FileMetaDataset()
+    dataset.file_meta.MediaStorageSOPClassUID = pydicom.uid.UltrasoundMultiFrameImageStorage
+    dataset.file_meta.MediaStorageSOPInstanceUID = pydicom.uid.generate_uid()
+    dataset.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    dataset.SOPClassUID = dataset.file_meta.MediaStorageSOPClassUID
+    dataset.SOPInstanceUID = dataset.file_meta.MediaStorageSOPInstanceUID
+    dataset.Modality = "US"
+    dataset.Rows, dataset.Columns, dataset.NumberOfFrames = 10, 12, 2
+    dataset.SamplesPerPixel, dataset.PhotometricInterpretation, dataset.PlanarConfiguration = 3, "RGB", 1
+    dataset.BitsAllocated, dataset.BitsStored, dataset.HighBit, dataset.PixelRepresentation = 8, 8, 7, 0
+    region = pydicom.Dataset()
+    region.RegionSpatialFormat, region.RegionDataType = 1, 1
+    region.PhysicalUnitsXDirection = region.PhysicalUnitsYDirection = 3
+    region.PhysicalDeltaX, region.PhysicalDeltaY = -0.02, 0.05
+    dataset.SequenceOfUltrasoundRegions = [region]
+    dataset.PixelData = np.ascontiguousarray(rgb.transpose(0, 3, 1, 2)).tobytes()
+    dataset.save_as(tmp_path / "other.dcm", enforce_file_format=True)
+    image = load_image(tmp_path / "other.dcm")
+    luminance = rgb[1].astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    np.testing.assert_allclose(image.array[0], luminance, atol=1e-3)
+    assert image.geometry.spacing == pytest.approx((1.0, 0.5, 0.2))

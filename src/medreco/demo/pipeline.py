@@ -49,6 +49,7 @@ class DemoConfig:
     stage2_steps: int | None = None
     stage2_batch_size: int | None = None
     closed_questions: int | None = None  # closed VQA test questions scored (sampled)
+    family_patients: dict[str, int] | None = None  # patients given each smaller family (brain MRI, ...)
     open_questions: int | None = None  # open-ended test questions answered and scored (sampled)
     seed: int = 0
     progress: bool = True
@@ -94,8 +95,15 @@ def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cohort, mined = out / "cohort", out / "mined"
     settings = demo_settings()
-    if not (cohort / "manifest.jsonl").exists():
-        phantom = PhantomConfig(num_patients=config.patients, seed=config.seed, **settings["cohort"])
+    phantom = PhantomConfig(
+        num_patients=config.patients,
+        seed=config.seed,
+        patients_per_modality=dict(config.family_patients or {}),
+        **settings["cohort"],
+    )
+    if (cohort / "manifest.jsonl").exists():
+        check_cohort_modalities(cohort, phantom.modalities)
+    else:
         clock.run("cohort", lambda: generate_cohort(phantom, cohort, progress=config.progress))
     mining = MiningConfig(
         **{key: tuple(value) if isinstance(value, list) else value for key, value in settings["mining"].items()},
@@ -107,6 +115,48 @@ def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
     else:
         clock.run("mining", lambda: mine(cohort / "manifest.jsonl", mined, mining, progress=config.progress))
     return mined
+
+
+def check_cohort_modalities(cohort: Path, modalities) -> None:
+    """Refuse the cohort of an earlier demo that holds other modalities (chest only, before the demo
+    covered all five families): its numbers would not be this version's."""
+    from ..data.phantom import read_manifest
+
+    found = sorted({record.modality for record in read_manifest(cohort)})
+    if found != sorted(modalities):
+        raise ValueError(
+            f"{cohort}: written by an earlier demo with other modalities ({', '.join(found)}); delete the demo "
+            "folder (or use another --out) to run this version"
+        )
+
+
+def expert_changes(config: DemoConfig, final: Path) -> dict[str, float]:
+    """How far training moved each modality expert of the stage-1 vision encoder: the relative
+    distance ||trained - initial|| / ||initial|| over the expert's feed-forward weights, the initial
+    weights rebuilt from the run's seed (stage 1 initialises the model right after seeding)."""
+    import re
+
+    from transformers import AutoModel, set_seed
+
+    from ..training import load_recipe
+    from ..training.stage1 import build_retrieval_model
+
+    recipe = load_recipe(RECIPE, "stage1", stage_overrides(config, "stage1"))
+    set_seed(recipe.run.seed)
+    initial, _ = build_retrieval_model(
+        recipe.model, recipe.text_encoder, freeze_text_encoder=recipe.freeze_text_encoder
+    )
+    trained = AutoModel.from_pretrained(final)
+    modalities = list(trained.config.vision_config.modalities)
+    before, after = initial.state_dict(), trained.state_dict()
+    squares: dict[int, list[float]] = {}
+    for name, weight in after.items():
+        match = re.search(r"\.experts\.(\d+)\.", name)
+        if match and name in before and before[name].shape == weight.shape:
+            change = squares.setdefault(int(match.group(1)), [0.0, 0.0])
+            change[0] += float((weight.float() - before[name].float()).pow(2).sum())
+            change[1] += float(before[name].float().pow(2).sum())
+    return {modalities[i]: round((d / max(n, 1e-12)) ** 0.5, 4) for i, (d, n) in sorted(squares.items())}
 
 
 def check_mined_settings(mined: Path, mining) -> None:
@@ -177,6 +227,7 @@ def run_demo(config: DemoConfig) -> dict:
 
     data = MinedData(mined)
     metrics = clock.run("evaluation", lambda: evaluate_demo(config, data, models, out))
+    metrics["expert_changes"] = expert_changes(config, models / "stage1" / "final")
     metrics["wall_time_seconds"] = {**clock.seconds, "total": round(time.perf_counter() - started, 2)}
     metrics["run"] = {
         "config": asdict(config),
@@ -193,7 +244,8 @@ def run_demo(config: DemoConfig) -> dict:
 
 CARD_DATA = (
     "Trained by `medreco demo` on the synthetic cohort of `medreco phantom` (generated thoraxes with "
-    "co-occurring, evolving findings; chest X-ray and chest CT; template reports). No patient data "
+    "co-occurring, evolving findings; chest X-ray, chest CT, brain MRI, abdominal CT and ultrasound; template "
+    "reports). No patient data "
     "was used. Supervision was mined from the reports with `medreco mine`."
 )
 CARD_LIMITS = (
@@ -336,6 +388,7 @@ __all__ = [
     "STAGES",
     "DemoConfig",
     "demo_settings",
+    "expert_changes",
     "evaluate_demo",
     "prepare_data",
     "run_demo",

@@ -28,8 +28,9 @@ def recall_bars(retrieval: dict, path: Path) -> Path:
         width = 0.8 / len(systems)
         for offset, system in enumerate(systems):
             values = [entry[system][f"recall@{k}"] for k in (1, 3, 5)]
-            low = [v - entry[system][f"recall@{k}_ci95"][0] for v, k in zip(values, (1, 3, 5))]
-            high = [entry[system][f"recall@{k}_ci95"][1] - v for v, k in zip(values, (1, 3, 5))]
+            # an interval that does not quite reach its estimate (rounding, few queries) draws as zero length
+            low = [max(0.0, v - entry[system][f"recall@{k}_ci95"][0]) for v, k in zip(values, (1, 3, 5))]
+            high = [max(0.0, entry[system][f"recall@{k}_ci95"][1] - v) for v, k in zip(values, (1, 3, 5))]
             positions = [k + (offset - (len(systems) - 1) / 2) * width for k in range(3)]
             axis.bar(positions, values, width, yerr=[low, high], capsize=2, label=system)
         if "chance" in entry:
@@ -132,6 +133,19 @@ def markdown_report(metrics: dict) -> str:
     if clustered:
         lines += ["", _clustered_sentence("Recall@1, entity vs holistic, all queries", clustered)]
     lines += ["", "![Recall@k](figures/recall_bars.png)", ""]
+    experts = metrics.get("expert_changes")
+    if experts:
+        lines += [
+            "Each modality family has its own expert in the vision encoder's feed-forward layers; how far "
+            "stage 1 moved each from its initial weights (relative distance; 0 would mean the family never trained):",
+            "",
+            "| expert (modality) | relative change | test queries |",
+            "|---|---|---|",
+        ]
+        for modality, change in experts.items():
+            queries = metrics["retrieval"].get(modality, {}).get("all", {}).get("queries", 0)
+            lines.append(f"| {modality} | {change:.3f} | {queries} |")
+        lines.append("")
     by_entity = metrics.get("retrieval_by_entity")
     if by_entity:
         systems = [s for s in SYSTEMS if s in next(iter(by_entity.values()))]

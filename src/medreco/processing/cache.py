@@ -16,6 +16,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_path
+from .readers import volume_file_image
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +39,11 @@ def content_digest(path: str | Path, settings: dict) -> str:
 
 
 def _files(path: Path) -> list[Path]:
-    """The file itself, or a folder's files (hidden ones left out) in a stable order."""
+    """The file itself (with the volume a `.volume.json` file names), or a folder's files (hidden
+    ones left out) in a stable order."""
     if not path.is_dir():
-        return [path]
+        named = volume_file_image(path)
+        return [path, named] if named is not None and named.is_file() else [path]
     return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 

@@ -15,6 +15,7 @@ import functools
 import gzip
 import hashlib
 import io
+import json
 import logging
 import math
 import re
@@ -36,6 +37,7 @@ import pydicom.filereader
 from nibabel.openers import ImageOpener
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 
+from ..atomic import write_text_atomically
 from ..errors import (
     DuplicateSliceError,
     ImageTooLargeError,
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
+VOLUME_FILE_SUFFIX = ".volume.json"  # a NIfTI volume with the geometry and rescale to use (`read_volume_file`)
+VOLUME_FILE_FORMAT = "medreco.volume/1"
 RASTER_SUFFIXES = (".png", ".jpg", ".jpeg")
 PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 PIXEL_DATA_TAGS = (0x7FE00008, 0x7FE00009, 0x7FE00010)
@@ -86,8 +90,10 @@ class ReaderOptions:
     series: in a folder with several DICOM series, which one to read: its SeriesNumber (an int or
       a string of digits), its SeriesInstanceUID or the start of it, or the `key:...` selector that
       `list_dicom_series` and `MultipleSeriesError` show for each series (a hash of the UID, which
-      identifies no one and tells apart series without a SeriesNumber).
-    volume_index: for 4D NIfTI, the volume to read (4D input is refused otherwise).
+      identifies no one and tells apart series without a SeriesNumber), or its SeriesDescription
+      ("AX FLAIR"), or words of it ("FLAIR", "T2": the series whose description holds them as words).
+    volume_index: for 4D NIfTI, the volume to read (4D input is refused otherwise); for an
+      ultrasound cine loop (multi-frame US), the frame to read (the middle frame by default).
     nan_policy: "raise" on NaN/inf values (default), or "zero" to replace them with the
       image minimum and record a warning.
     slice_spacing_tolerance: relative deviation of a slice step from the median step above which
@@ -157,6 +163,8 @@ def load_image(path: str | Path, options: ReaderOptions | None = None) -> Medica
     name = path.name.lower()
     if name.endswith(NIFTI_SUFFIXES):
         return read_nifti(path, options)
+    if name.endswith(VOLUME_FILE_SUFFIX):
+        return read_volume_file(path, options)
     if name.endswith(RASTER_SUFFIXES):
         return read_raster(path, options)
     if name.endswith((".hdr", ".img", ".mgz", ".nrrd", ".mha", ".mhd")):
@@ -555,12 +563,17 @@ def _pixel_spacing(dataset: pydicom.Dataset, where: Path) -> tuple[np.ndarray | 
         return _spacing_values(value, 2, "PixelSpacing (PixelMeasuresSequence)", where), "PixelMeasuresSequence"
     regions = _attribute(dataset, "SequenceOfUltrasoundRegions")
     if regions is not None and len(regions):
-        region = regions[0]
-        # PhysicalDelta is in cm per pixel when PhysicalUnits are 3 (cm); its sign gives a direction
-        if (
-            _int_attribute(region, "PhysicalUnitsXDirection") == 3
+        # PhysicalDelta is in cm per pixel when PhysicalUnits are 3 (cm); its sign gives a direction.
+        # Consoles list several regions (colour bars, Doppler strips, dual views): the spacing is
+        # that of the largest region in cm, a tissue region (RegionDataType 1) first.
+        measured = [
+            region
+            for region in regions
+            if _int_attribute(region, "PhysicalUnitsXDirection") == 3
             and _int_attribute(region, "PhysicalUnitsYDirection") == 3
-        ):
+        ]
+        if measured:
+            region = max(measured, key=_region_rank)
             deltas = [_attribute(region, "PhysicalDeltaY"), _attribute(region, "PhysicalDeltaX")]
             spacing = _spacing_values(
                 [abs(float(v)) if isinstance(v, (int, float)) else v for v in deltas],
@@ -570,6 +583,16 @@ def _pixel_spacing(dataset: pydicom.Dataset, where: Path) -> tuple[np.ndarray | 
             )
             return spacing * 10.0, "SequenceOfUltrasoundRegions"
     return None, ""
+
+
+def _region_rank(region: pydicom.Dataset) -> tuple[bool, int]:
+    """Tissue regions before others, then the larger pixel area."""
+    corners = [
+        _int_attribute(region, keyword, 0) or 0
+        for keyword in ("RegionLocationMinX0", "RegionLocationMinY0", "RegionLocationMaxX1", "RegionLocationMaxY1")
+    ]
+    area = max(corners[2] - corners[0] + 1, 0) * max(corners[3] - corners[1] + 1, 0)
+    return _int_attribute(region, "RegionDataType") == 1, area
 
 
 def _slice_step(dataset: pydicom.Dataset, where: Path, notes: list[str]) -> float:
@@ -689,6 +712,10 @@ def _decode_pixels(dataset: pydicom.Dataset, path: Path, notes: list[str], optio
                 pixels = apply_color_lut(pixels, dataset)
             except Exception as error:  # a damaged palette: pydicom raises several types
                 raise UnreadableImageError(path, f"unusable colour palette ({type(error).__name__})") from None
+            if pixels.dtype.itemsize > 1 and pixels.size and int(pixels.max()) > 255:
+                # 16-bit palette entries: to the 8-bit scale of RGB images, so that an image stored
+                # with a palette and the same image stored as RGB read alike
+                pixels = pixels.astype(np.float32) / np.float32(257.0)
         if samples > 1 or photometric == "PALETTE COLOR":
             if pixels.shape[-1] != 3:
                 raise UnreadableImageError(path, f"colour pixel array of shape {pixels.shape}, not RGB")
@@ -878,7 +905,9 @@ def read_dicom_file(path: str | Path, options: ReaderOptions | None = None) -> M
     else:
         # A projection image (radiograph, ultrasound, secondary capture) or frames without positions.
         volume = pixels
-        if frames > 1:
+        if frames > 1 and modality == "US":
+            volume = pixels[_cine_frame(frames, options, path, notes)][None]
+        elif frames > 1:
             notes.append(f"{frames} frames carry no patient positions (cine or stack?): kept in file order")
         known = pixel_spacing is not None
         if not known:
@@ -889,6 +918,22 @@ def read_dicom_file(path: str | Path, options: ReaderOptions | None = None) -> M
         geometry = ImageGeometry(spacing=(1.0, *map(float, pixel_spacing)), spacing_known=known)
     volume, window = _display_convention(volume, dataset, notes, path)
     return finish_image(volume, geometry, modality, path, _photometric(dataset), notes, options, window)
+
+
+def _cine_frame(frames: int, options: ReaderOptions, path: Path, notes: list[str]) -> int:
+    """The frame of an ultrasound cine loop to read: `options.volume_index`, else the middle frame (a
+    real frame, sharp and with its own speckle; a mean of the loop would blur both)."""
+    if options.volume_index is None:
+        index = frames // 2
+        notes.append(
+            f"ultrasound cine loop of {frames} frames: frame {index} (the middle one) read; "
+            "ReaderOptions(volume_index=N) or --volume-index N chooses another"
+        )
+        return index
+    if not 0 <= options.volume_index < frames:
+        raise UnsupportedImageError(path, f"volume_index {options.volume_index} outside 0..{frames - 1}")
+    notes.append(f"frame {options.volume_index} of an ultrasound cine loop of {frames} frames read")
+    return options.volume_index
 
 
 def _frame_positions(dataset: pydicom.Dataset, frames: int, orientation) -> list[np.ndarray] | None:
@@ -1018,10 +1063,7 @@ def _select_series(series: dict[str, tuple[dict, list]], wanted: int | str, fold
         matches = [uid for uid in series if uid.startswith(text)]
         asked = "a SeriesInstanceUID starting with the given value"
     else:
-        raise SeriesError(
-            folder,
-            f"series={text!r} is neither a SeriesNumber, a SeriesInstanceUID (or its start) nor a key:... selector",
-        )
+        matches, asked = _series_by_description(series, text)
     listing = _ordered_summaries(series)
     if not matches:
         raise SeriesError(folder, f"no {asked} here; found {_describe_series(listing)}")
@@ -1033,6 +1075,22 @@ def _select_series(series: dict[str, tuple[dict, list]], wanted: int | str, fold
             chosen,
         )
     return series[matches[0]]
+
+
+def _series_by_description(series: dict[str, tuple[dict, list]], text: str) -> tuple[list[str], str]:
+    """Series whose SeriesDescription is `text` (case-insensitive), else those whose description holds
+    every word of `text` as a word ("FLAIR" selects "AX FLAIR", "t2 tse" selects "AX T2 TSE")."""
+    wanted = text.lower()
+    exact = [uid for uid, (summary, _) in series.items() if summary["description"].strip().lower() == wanted]
+    if exact:
+        return exact, f"series described {text!r}"
+    words = set(re.split(r"[\s_\-/]+", wanted)) - {""}
+    matches = [
+        uid
+        for uid, (summary, _) in series.items()
+        if words <= set(re.split(r"[\s_\-/]+", summary["description"].lower()))
+    ]
+    return matches, f"series whose description has the word(s) {text!r}"
 
 
 @_typed_errors
@@ -1129,8 +1187,11 @@ def _nifti_voxel_spacing(image: nib.Nifti1Image, path: Path, spatial_dims: int) 
 
 
 @_typed_errors
-def read_nifti(path: str | Path, options: ReaderOptions | None = None) -> MedicalImage:
+def read_nifti(
+    path: str | Path, options: ReaderOptions | None = None, header_override: VolumeHeader | None = None
+) -> MedicalImage:
     """A NIfTI-1/2 file with its affine honoured; 4D only with an explicit `volume_index`.
+    `header_override`: the voxel size, rescale (and orientation) to use instead of the header's.
 
     Only the header is read before the checks: the voxel data it claims must fit
     `max_image_bytes` and the file (a compressed file cannot hold more than 1032x its size)."""
@@ -1183,7 +1244,8 @@ def read_nifti(path: str | Path, options: ReaderOptions | None = None) -> Medica
         raise UnreadableImageError(
             path, f"truncated or corrupt NIfTI file (the header claims {_size_text(data_end)} the file cannot hold)"
         )
-    _nifti_voxel_spacing(image, path, min(len(shape), 3))
+    if header_override is None:  # an override replaces the header's voxel size: it is not used
+        _nifti_voxel_spacing(image, path, min(len(shape), 3))
     try:
         with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
             warnings.simplefilter("ignore")
@@ -1202,11 +1264,155 @@ def read_nifti(path: str | Path, options: ReaderOptions | None = None) -> Medica
     if data.ndim == 2:
         data = data[..., None]
     affine = image.affine
+    if header_override is not None:
+        data, affine = header_override.apply(data, header, affine, path)
     if affine is None or not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
         raise InvalidSpacingError(path, "the header's affine is singular or not finite (a zero or invalid voxel size)")
     volume, canonical_affine = _canonical(data, affine, path)
     geometry = ImageGeometry(spacing=spacing_from_affine(canonical_affine), affine=canonical_affine)
     return finish_image(volume, geometry, "", path, "MONOCHROME2", notes, options, None)
+
+
+@dataclass(frozen=True)
+class VolumeHeader:
+    """What a NIfTI header should have said, from a dataset's metadata (CT-RATE's metadata CSV).
+
+    spacing: voxel size in mm along the file's voxel axes i, j, k (NIfTI order; CT-RATE's
+      `XYSpacing` then `ZSpacing`, as its `fix_metadata.py` sets them).
+    rescale_slope, rescale_intercept: output = slope * stored value + intercept (HU for CT), applied to
+      the values the file stores (a scaling the header itself declares is undone first).
+    orientation: DICOM ImageOrientationPatient (row then column direction cosines, LPS) of axes i
+      and j, k along their cross product; None keeps the header's axis directions.
+    origin: DICOM ImagePositionPatient (LPS mm) of the first voxel; None keeps the header's."""
+
+    spacing: tuple[float, float, float]
+    rescale_slope: float = 1.0
+    rescale_intercept: float = 0.0
+    orientation: tuple[float, ...] | None = None
+    origin: tuple[float, float, float] | None = None
+
+    def apply(self, data: np.ndarray, header, affine: np.ndarray, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        """The stored values rescaled, and the affine with this voxel size (orientation, origin)."""
+        declared_slope, declared_intercept = header.get_slope_inter()
+        if declared_slope is not None and np.isfinite(declared_slope) and declared_slope != 0:
+            data = (data - np.float32(declared_intercept or 0.0)) / np.float32(declared_slope)
+        data = data * np.float32(self.rescale_slope) + np.float32(self.rescale_intercept)
+        spacing = np.asarray(self.spacing, dtype=np.float64)
+        result = np.eye(4)
+        if self.orientation is not None:
+            row, column = np.asarray(self.orientation[:3]), np.asarray(self.orientation[3:])
+            directions = LPS_TO_RAS[:3, :3] @ np.stack([row, column, np.cross(row, column)], axis=1)
+        else:
+            lengths = np.linalg.norm(affine[:3, :3], axis=0) if affine is not None else np.zeros(3)
+            if affine is None or not np.all(np.isfinite(affine)) or np.any(lengths < 1e-12):
+                raise InvalidSpacingError(
+                    path, "the header's affine gives no direction to every axis; the volume file needs an orientation"
+                )
+            directions = affine[:3, :3] / lengths
+        result[:3, :3] = directions * spacing
+        if self.origin is not None:
+            result[:3, 3] = LPS_TO_RAS[:3, :3] @ np.asarray(self.origin, dtype=np.float64)
+        else:
+            result[:3, 3] = affine[:3, 3]
+        return data, result
+
+    def to_dict(self) -> dict:
+        """The fields written to a volume file (orientation and origin only when known)."""
+        fields = {
+            "spacing": list(self.spacing),
+            "rescale_slope": self.rescale_slope,
+            "rescale_intercept": self.rescale_intercept,
+        }
+        if self.orientation is not None:
+            fields["orientation"] = list(self.orientation)
+        if self.origin is not None:
+            fields["origin"] = list(self.origin)
+        return fields
+
+
+def write_volume_file(path: str | Path, image: str | Path, header: VolumeHeader, origin_note: str = "") -> Path:
+    """A `.volume.json` file pointing at the NIfTI `image` (absolute, or relative to the file) with
+    the header to read it with; `load_image` reads it as the corrected volume. Written atomically."""
+    path = Path(path)
+    if not path.name.endswith(VOLUME_FILE_SUFFIX):
+        raise ValueError(f"{path}: a volume file's name ends with {VOLUME_FILE_SUFFIX}")
+    content = {"format": VOLUME_FILE_FORMAT, "image": str(image), **header.to_dict()}
+    if origin_note:
+        content["from"] = origin_note
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, json.dumps(content, indent=1) + "\n")
+    return path
+
+
+def _finite_numbers(content: dict, key: str, count: int, path: Path) -> tuple[float, ...] | None:
+    value = content.get(key)
+    if value is None:
+        return None
+    try:
+        numbers = tuple(float(v) for v in ([value] if count == 1 and not isinstance(value, list) else value))
+    except (TypeError, ValueError):
+        numbers = ()
+    if len(numbers) != count or not all(math.isfinite(v) for v in numbers):
+        wanted = "a finite number" if count == 1 else f"{count} finite numbers"
+        raise UnreadableImageError(path, f"{key!r} must be {wanted}, got {value!r}")
+    return numbers
+
+
+def _volume_file(path: Path) -> tuple[Path, VolumeHeader]:
+    """The NIfTI a volume file names and its header, validated (typed errors naming the file)."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UnreadableImageError(path, f"not a readable volume file ({type(error).__name__})") from None
+    if not isinstance(content, dict) or content.get("format") != VOLUME_FILE_FORMAT or not content.get("image"):
+        raise UnreadableImageError(path, f"not a volume file (expected format {VOLUME_FILE_FORMAT!r} and an image)")
+    if content.get("spacing") is None:
+        raise UnreadableImageError(path, "a volume file needs 'spacing' (3 voxel sizes in mm)")
+    spacing = tuple(float(v) for v in _spacing_values(content["spacing"], 3, "spacing", path))
+    slope, intercept = (_finite_numbers(content, key, 1, path) for key in ("rescale_slope", "rescale_intercept"))
+    if slope is not None and slope[0] == 0:
+        raise UnreadableImageError(path, "'rescale_slope' is 0 (every value would be the intercept)")
+    orientation = _finite_numbers(content, "orientation", 6, path)
+    if orientation is not None:
+        row, column = np.asarray(orientation[:3]), np.asarray(orientation[3:])
+        if abs(np.linalg.norm(row) - 1) > 1e-3 or abs(np.linalg.norm(column) - 1) > 1e-3 or abs(row @ column) > 1e-3:
+            raise InvalidSpacingError(path, f"'orientation' {list(orientation)} is not two orthogonal unit vectors")
+    header = VolumeHeader(
+        spacing,  # type: ignore[arg-type]
+        slope[0] if slope else 1.0,
+        intercept[0] if intercept else 0.0,
+        orientation,
+        _finite_numbers(content, "origin", 3, path),  # type: ignore[arg-type]
+    )
+    image = Path(str(content["image"]))
+    return (image if image.is_absolute() else path.parent / image), header
+
+
+def volume_file_image(path: str | Path) -> Path | None:
+    """The NIfTI a `.volume.json` file names (None for any other path, or an unreadable file)."""
+    path = Path(path)
+    if not path.name.lower().endswith(VOLUME_FILE_SUFFIX) or not path.is_file():
+        return None
+    try:
+        return _volume_file(path)[0]
+    except MedicalImageError:
+        return None
+
+
+@_typed_errors
+def read_volume_file(path: str | Path, options: ReaderOptions | None = None) -> MedicalImage:
+    """A `.volume.json` file (see `write_volume_file`): the NIfTI it names, read with its header
+    override, so that the volume is in the dataset's units with the dataset's spacing whatever the
+    NIfTI header says (CT-RATE's headers state neither reliably)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UnreadableImageError(path, "no such file")
+    image, header = _volume_file(path)
+    if not image.is_file():
+        raise UnreadableImageError(path, f"the volume it names does not exist: {image}")
+    if not image.name.lower().endswith(NIFTI_SUFFIXES):
+        raise UnsupportedImageError(path, f"the volume it names is not NIfTI (.nii/.nii.gz): {image.name}")
+    return read_nifti(image, options, header)
 
 
 # ------------------------------------------------------------------------------------------ raster
@@ -1309,7 +1515,9 @@ def finish_image(
 __all__ = [
     "DEFAULT_MAX_DICOM_ELEMENTS",
     "DEFAULT_MAX_IMAGE_BYTES",
+    "VOLUME_FILE_SUFFIX",
     "ReaderOptions",
+    "VolumeHeader",
     "from_pil_image",
     "list_dicom_series",
     "load_image",
@@ -1318,4 +1526,7 @@ __all__ = [
     "read_dicom_series",
     "read_nifti",
     "read_raster",
+    "read_volume_file",
+    "volume_file_image",
+    "write_volume_file",
 ]

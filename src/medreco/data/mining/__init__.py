@@ -2,6 +2,7 @@
 comparative questions and patient-level splits (`pipeline.mine` writes the tables, `mined.MinedData`
 reads them back, `sharing.push_mined_dataset` shares them on the Hub, pseudonymised)."""
 
+from .decomposers import LLMSettings
 from .mined import MINED_TABLES, MinedData, Study
 from .pipeline import (
     ManifestError,
@@ -14,21 +15,27 @@ from .pipeline import (
     read_study_manifest,
     split_studies,
 )
+from .shards import Shard, ShardError, merge_shards, mine_shard
 from .sharing import SHARED_COLUMNS, SharedDataset, push_mined_dataset, shareable_tables
 
 __all__ = [
+    "LLMSettings",
     "MINED_TABLES",
     "ManifestError",
     "MinedData",
     "MiningConfig",
     "MiningWorkerError",
     "SHARED_COLUMNS",
+    "Shard",
+    "ShardError",
     "SharedDataset",
     "Study",
     "comparative_vqa",
     "decompose_all",
     "longitudinal_labels",
+    "merge_shards",
     "mine",
+    "mine_shard",
     "push_mined_dataset",
     "read_study_manifest",
     "shareable_tables",

@@ -1,11 +1,14 @@
-"""Scoring report decomposition against the synthetic cohort's ground truth (used by
-`benchmarks/report_mining.py` and the tests)."""
+"""Scoring report decomposition: against the synthetic cohort's ground truth, and against
+hand-labelled report text (a JSONL file of {"modality", "text", "labels": {finding name: status}})
+(used by `benchmarks/report_mining.py`, `medreco score-reports` and the tests)."""
 
 from __future__ import annotations
 
-from collections import Counter
+import json
+from collections import Counter, defaultdict
 from pathlib import Path
 
+from ...errors import TextFileError, read_text_file
 from ..phantom import FINDING_TYPES, read_ground_truth, read_manifest
 from ..reports.decomposition import ReportDecomposer
 from ..reports.ontology import Entity, Ontology
@@ -75,4 +78,90 @@ def score_change_labels(decomposer: ReportDecomposer, cohort_dir: str | Path) ->
     }
 
 
-__all__ = ["phantom_entity", "score_change_labels", "score_decomposition"]
+STATUSES = ("positive", "negative", "uncertain", "not mentioned")
+
+
+def read_labelled_reports(path: str | Path) -> list[dict]:
+    """Lines of a labelled-report file; raises TextFileError naming the line that is not one."""
+    rows = []
+    for number, line in enumerate(read_text_file(path, "labelled reports (JSONL)").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TextFileError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
+        if not isinstance(row, dict) or not {"modality", "text", "labels"} <= row.keys():
+            raise TextFileError(f"{path}, line {number}: needs modality, text and labels")
+        bad = {k: v for k, v in row["labels"].items() if v not in STATUSES}
+        if bad:
+            raise TextFileError(f"{path}, line {number}: statuses must be one of {STATUSES}, got {bad}")
+        rows.append({**row, "line": number})
+    return rows
+
+
+def score_labelled_reports(decomposer: ReportDecomposer, path: str | Path) -> dict:
+    """Mention-status accuracy on hand-labelled report text. Each label names a finding or structure
+    as a radiologist would (resolved in the decomposer's vocabulary, synonyms included); a name the
+    vocabulary cannot resolve counts as wrong ("unresolved"). Returns overall, per-modality and
+    per-kind accuracy, the confusion and every error."""
+    confusion: Counter = Counter()
+    by_modality: dict[str, Counter] = defaultdict(Counter)
+    by_kind: dict[str, Counter] = defaultdict(Counter)
+    errors = []
+    for row in read_labelled_reports(path):
+        entities = {}
+        for name in row["labels"]:
+            try:
+                entities[name] = decomposer.ontology.find(name, row["modality"])
+            except KeyError:
+                entities[name] = None
+        known = list({e.id: e for e in entities.values() if e is not None}.values())
+        result = decomposer.decompose(row["text"], row["modality"], known)
+        for name, expected in row["labels"].items():
+            entity = entities[name]
+            got = "unresolved" if entity is None else result.statements[entity.id].status.value
+            right = got == expected
+            confusion[(expected, got)] += 1
+            for table, key in ((by_modality, row["modality"]), (by_kind, row.get("kind", ""))):
+                table[key]["right" if right else "wrong"] += 1
+            if not right:
+                errors.append(
+                    {
+                        "id": row.get("id", row["line"]),
+                        "text": row["text"],
+                        "label": name,
+                        "expected": expected,
+                        "got": got,
+                    }
+                )
+    total = sum(confusion.values())
+    unresolved = sum(n for (_, got), n in confusion.items() if got == "unresolved")
+    resolved_errors = len(errors) - unresolved
+
+    def accuracy(counts: Counter) -> float:
+        return counts["right"] / (counts["right"] + counts["wrong"]) if counts else 0.0
+
+    return {
+        "labels": total,
+        # over every label (a name the vocabulary lacks counts as wrong)
+        "status_accuracy": (total - len(errors)) / total if total else 0.0,
+        # over the labels the vocabulary resolves: how well mention statuses are read
+        "status_accuracy_resolved": (total - unresolved - resolved_errors) / (total - unresolved)
+        if total > unresolved
+        else 0.0,
+        "vocabulary_coverage": (total - unresolved) / total if total else 0.0,
+        "by_modality": {k: accuracy(v) for k, v in sorted(by_modality.items())},
+        "by_kind": {k: accuracy(v) for k, v in sorted(by_kind.items())},
+        "confusion": {f"{expected} -> {got}": n for (expected, got), n in sorted(confusion.items())},
+        "errors": errors,
+    }
+
+
+__all__ = [
+    "phantom_entity",
+    "read_labelled_reports",
+    "score_change_labels",
+    "score_decomposition",
+    "score_labelled_reports",
+]

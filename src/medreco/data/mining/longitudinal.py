@@ -2,15 +2,20 @@
 TAMM's bidirectional consistency check).
 
 A label is read from the two reports' statements about the finding: their mention statuses and
-attribute values (size, number, grade, margins, density), and, when attributes are missing, the
-current report's own change wording. It is kept only if labelling the pair in reverse order gives
-the inverse label."""
+attribute values, and, when attributes are missing, the current report's own change wording. It is
+kept only if labelling the pair in reverse order gives the inverse label.
+
+The label is one of the paper's interval-change labels (section 4.4); the `attribute` column says
+which follow-up attribute changed (Table S8): presence (new, resolved), size, number, severity
+(increased, decreased), and, for qualitative changes, margins, composition (internal composition:
+solid -> part-solid, or new internal features such as cavitation), distribution (focal -> patchy,
+one side -> both), location (another lobe, zone or side) and morphology (round -> irregular)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..reports.attributes import Attributes, read_attributes
+from ..reports.attributes import Attributes, location_phrases, read_attributes, read_stated_prior
 from ..reports.decomposition import EntityStatement, MentionStatus
 
 CHANGE_LABELS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed", "unable to compare")
@@ -23,13 +28,26 @@ INVERSE = {
     "qualitatively changed": "qualitatively changed",
     "unable to compare": "unable to compare",
 }
+# the `attribute` column's values, in the order they are checked after presence
+CHANGE_ATTRIBUTES = (
+    "presence",
+    "size",
+    "number",
+    "severity",
+    "margins",
+    "composition",
+    "distribution",
+    "location",
+    "morphology",
+    "overall",
+)
 SIZE_CHANGE = 1.2  # relative change in size that counts as increased/decreased
 
 
 @dataclass
 class ChangeLabel:
     label: str
-    attribute: str  # presence, size, number, severity, margins, density, overall
+    attribute: str  # one of CHANGE_ATTRIBUTES
 
 
 def _compare_attributes(earlier: Attributes, later: Attributes, later_is_current: bool) -> ChangeLabel:
@@ -42,16 +60,37 @@ def _compare_attributes(earlier: Attributes, later: Attributes, later_is_current
                 return ChangeLabel("increased", attribute)
             if ratio <= 1 / threshold and b < a:
                 return ChangeLabel("decreased", attribute)
-    for name in ("margins", "density"):
-        a, b = getattr(earlier, name), getattr(later, name)
-        if a is not None and b is not None and a != b:
-            return ChangeLabel("qualitatively changed", name)
+    qualitative = _qualitative_change(earlier, later)
+    if qualitative is not None:
+        return ChangeLabel("qualitatively changed", qualitative)
     # no measurable difference: the later report's wording decides, read in the right direction
     cue = later.change_cue if later_is_current else earlier.change_cue
     if cue in ("increased", "decreased") and (later.comparable() or earlier.comparable()):
         label = cue if later_is_current else INVERSE[cue]
         return ChangeLabel(label, "overall")
     return ChangeLabel("stable", "overall")
+
+
+def _qualitative_change(earlier: Attributes, later: Attributes) -> str | None:
+    """The first follow-up attribute whose stated value differs in both texts (symmetric: the
+    reversed pair gives the same answer), else None. Values a text does not state never count."""
+    if earlier.margins and later.margins and earlier.margins != later.margins:
+        return "margins"
+    if earlier.composition and later.composition and earlier.composition != later.composition:
+        return "composition"
+    if earlier.internal and later.internal and earlier.internal != later.internal:
+        return "composition"  # internal composition: e.g. cavitation appears
+    if earlier.distribution and later.distribution and earlier.distribution != later.distribution:
+        return "distribution"
+    sides = {earlier.side, later.side}
+    if None not in sides and len(sides) == 2 and "bilateral" in sides:
+        return "distribution"  # one side <-> both sides
+    where = location_phrases(earlier, later)
+    if where is not None and where[0] != where[1]:
+        return "location"
+    if earlier.morphology and later.morphology and earlier.morphology != later.morphology:
+        return "morphology"
+    return None
 
 
 def change_label(earlier: EntityStatement, later: EntityStatement, later_is_current: bool = True) -> ChangeLabel | None:
@@ -69,7 +108,15 @@ def change_label(earlier: EntityStatement, later: EntityStatement, later_is_curr
         return ChangeLabel("new", "presence")
     if present_before and not present_after:
         return ChangeLabel("resolved", "presence")
-    return _compare_attributes(read_attributes(earlier.text), read_attributes(later.text), later_is_current)
+    before, after = read_attributes(earlier.text), read_attributes(later.text)
+    # a qualitative value only the newer report gives the prior study ("now part-solid where the prior
+    # study showed solid composition", the older report not saying) fills the older one's gap
+    newer, older = (later, before) if later_is_current else (earlier, after)
+    stated = read_stated_prior(newer.text)
+    for name in ("margins", "composition", "distribution", "morphology"):
+        if getattr(older, name) is None and getattr(stated, name) is not None:
+            setattr(older, name, getattr(stated, name))
+    return _compare_attributes(before, after, later_is_current)
 
 
 def consistent_change_label(prior: EntityStatement, current: EntityStatement) -> ChangeLabel | None:
@@ -81,4 +128,4 @@ def consistent_change_label(prior: EntityStatement, current: EntityStatement) ->
     return forward if INVERSE[forward.label] == backward.label else None
 
 
-__all__ = ["CHANGE_LABELS", "INVERSE", "ChangeLabel", "change_label", "consistent_change_label"]
+__all__ = ["CHANGE_ATTRIBUTES", "CHANGE_LABELS", "INVERSE", "ChangeLabel", "change_label", "consistent_change_label"]

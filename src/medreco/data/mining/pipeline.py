@@ -3,11 +3,16 @@
 Steps: read the manifest -> patient-level splits -> decompose every report (in parallel, cached
 on disk so an interrupted run resumes) -> retrieval triplets and benchmark queries -> longitudinal
 change labels -> comparative VQA with its filters -> Hugging Face `datasets` saved to disk.
+Reports are read by the rule-based decomposer or by a language model (`MiningConfig.decomposer`,
+`decomposers.LLMSettings`); decomposition can be spread over machines (`shards`: `mine_shard`,
+then `merge_shards` runs the global steps and writes exactly what `mine` writes).
 
 Manifest: CSV or JSONL with columns `image`, `report`, `patient_id`, `modality` and optionally
-`study_id`, `study_date` (ISO date) or `study_day` (integer), and `source` (rows whose source is
-listed in `MiningConfig.external_sources` form the "external" split: never trained on). The synthetic cohort's
-`manifest.jsonl` is one. Output folders (each `datasets.load_from_disk`-able):
+`study_id`, `study_date` (ISO date) or `study_day` (integer), `source` (rows whose source is
+listed in `MiningConfig.external_sources` form the "external" split: never trained on) and `split`
+(a dataset's official split, train/validation/test/external, on every row or none: used instead of
+the patient hash). The synthetic cohort's `manifest.jsonl` is one. Output folders (each
+`datasets.load_from_disk`-able):
 
     studies/       study_id, patient_id, modality, image (see `image_path_beside`), report, split,
                    statements (entity_id -> status, text)
@@ -30,7 +35,9 @@ import json
 import logging
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -40,12 +47,19 @@ from tqdm.auto import tqdm
 
 from ...atomic import commit_folder, remove_atomically, remove_stale_temporaries, write_text_atomically
 from ...errors import MedReCoError
-from ..reports.decomposition import EntityStatement, MentionStatus, ReportDecomposition, RuleBasedDecomposer
+from ..reports.decomposition import (
+    EntityStatement,
+    MentionStatus,
+    ReportDecomposer,
+    ReportDecomposition,
+    RuleBasedDecomposer,
+)
 from ..reports.ontology import UnknownModalityError, canonical_modality
+from .decomposers import DECOMPOSERS, LLMSettings, build_llm_decomposer, cache_file_name, decomposer_identity
 from .longitudinal import consistent_change_label
 from .mined import SUMMARY_FILE, table_fingerprint
 from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
-from .splits import assign_splits, check_patients
+from .splits import SPLIT_NAMES, assign_splits, check_patients, official_patient_splits
 from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
 from .vqa import filter_vqa, sample_pairs, vqa_over_pairs
 
@@ -83,10 +97,25 @@ class MiningConfig:
     language_prior_splits: tuple[str, ...] = ("train",)
     levels: tuple[str, ...] = ("abnormal", "disease")
     external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
+    # "rule" (offline) or "llm" (the paper's prompts; `llm` says how to reach the model)
+    decomposer: str = "rule"
+    llm: LLMSettings | None = None
+    # rule: processes; llm through a server: reports in flight at once (threads sharing the rate
+    # limit); a local transformers model decomposes one report at a time
     workers: int = 1
     seed: int = 0
 
     def __post_init__(self):
+        if self.decomposer not in DECOMPOSERS:
+            raise ValueError(f"decomposer {self.decomposer!r} unknown; choose from {', '.join(DECOMPOSERS)}")
+        if (self.decomposer == "llm") != (self.llm is not None):
+            raise ValueError(
+                "the llm decomposer needs LLM settings (--llm-url and --llm-model, or --llm-local)"
+                if self.llm is None
+                else "LLM settings were given, but the decomposer is 'rule'"
+            )
+        if self.workers < 1:
+            raise ValueError(f"workers must be 1 or more, not {self.workers}")
         unknown_splits = sorted(set(self.language_prior_splits) - {"train", "validation", "test", "external"})
         if unknown_splits:
             raise ValueError(
@@ -98,6 +127,11 @@ class MiningConfig:
         unknown = sorted(set(self.metrics) - set(SIMILARITY_METRICS))
         if unknown or not self.metrics:
             raise ValueError(f"similarity metrics {unknown or '(none)'} unknown; choose from {SIMILARITY_METRICS}")
+
+    @property
+    def identity(self) -> dict:
+        """What determines the decompositions (`decomposers.decomposer_identity`)."""
+        return decomposer_identity(self.decomposer, self.llm, self.levels)
 
 
 def read_study_manifest(path: str | Path, required: tuple[str, ...] = REQUIRED_COLUMNS) -> list[dict]:
@@ -129,7 +163,22 @@ def read_study_manifest(path: str | Path, required: tuple[str, ...] = REQUIRED_C
     ids = [r["study_id"] for r in rows]
     if len(set(ids)) != len(ids):
         raise ManifestError(f"{path}: study_id values repeat")
+    _check_split_column(rows, path)
     return rows
+
+
+def _check_split_column(rows: list[dict], path: Path) -> None:
+    """A `split` column names a known split on every row, or on none."""
+    with_split = [bool(row.get("split")) for row in rows]
+    if any(with_split) and not all(with_split):
+        raise ManifestError(
+            f"{path}: row {with_split.index(False) + 1} has no split while others do (fill every row or none)"
+        )
+    for index, row in enumerate(rows):
+        if row.get("split") and row["split"] not in SPLIT_NAMES:
+            raise ManifestError(
+                f"{path}: row {index + 1}: split {row['split']!r} unknown; choose from {', '.join(SPLIT_NAMES)}"
+            )
 
 
 def _decompose_one(args: tuple[str, str, str]) -> tuple[str, dict]:
@@ -149,32 +198,53 @@ def _worker_decomposer() -> RuleBasedDecomposer:
     return _DECOMPOSER
 
 
-def decompose_all(
-    rows: list[dict], cache_file: Path, workers: int = 1, progress: bool = True
-) -> tuple[dict[str, dict], int]:
-    """Decompositions of every row, reusing `cache_file` (JSONL, appended as it goes). Returns them
-    and how many were computed in this call."""
+def read_decomposition_cache(cache_file: Path) -> dict[str, dict]:
+    """The decompositions a cache file holds (a half-written last line is skipped)."""
     done: dict[str, dict] = {}
     if cache_file.exists():
         for line in cache_file.read_text().splitlines():
             try:
                 item = json.loads(line)
                 done[item["study_id"]] = item["statements"]
-            except (json.JSONDecodeError, KeyError):
+            except (json.JSONDecodeError, KeyError, TypeError):
                 logger.warning("ignoring a damaged line in %s (an interrupted write)", cache_file.name)
+    return done
+
+
+def decompose_all(
+    rows: list[dict],
+    cache_file: Path,
+    workers: int = 1,
+    progress: bool = True,
+    decomposer: ReportDecomposer | None = None,
+    levels: tuple[str, ...] | None = None,
+) -> tuple[dict[str, dict], int]:
+    """Decompositions of every row, reusing `cache_file` (JSONL, appended as it goes). Returns them
+    and how many were computed in this call.
+
+    decomposer: None for the rule-based one (`workers` processes); another (an `LLMDecomposer`)
+    runs in `workers` threads, asked only about the entities of `levels` when given."""
+    done = read_decomposition_cache(cache_file)
     todo = [(r["study_id"], r["report"], r["modality"]) for r in rows if r["study_id"] not in done]
     if todo:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         with open(cache_file, "a") as handle:
-            if workers > 1:
+
+            def keep(study_id: str, statements: dict) -> None:
+                done[study_id] = statements
+                handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                handle.flush()  # a kill loses at most the line being written
+
+            if decomposer is not None:
+                _decompose_in_threads(todo, decomposer, levels, workers, keep, progress)
+            elif workers > 1:
                 try:
                     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
                         results = pool.map(_decompose_one, todo, chunksize=16)
                         for study_id, statements in tqdm(
                             results, total=len(todo), desc="reports", disable=not progress
                         ):
-                            done[study_id] = statements
-                            handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
+                            keep(study_id, statements)
                 except BrokenProcessPool:
                     # spawned workers re-import the calling script; an unguarded script mines again in each
                     raise MiningWorkerError(
@@ -185,11 +255,79 @@ def decompose_all(
                     ) from None
             else:
                 for item in tqdm(todo, desc="reports", disable=not progress):
-                    study_id, statements = _decompose_one(item)
-                    done[study_id] = statements
-                    handle.write(json.dumps({"study_id": study_id, "statements": statements}) + "\n")
-                    handle.flush()  # a kill loses at most the line being written
+                    keep(*_decompose_one(item))
     return done, len(todo)
+
+
+class _Stopped(Exception):
+    """A decomposition thread's report abandoned because the run is stopping."""
+
+
+def _decompose_in_threads(
+    todo: list[tuple[str, str, str]],
+    decomposer: ReportDecomposer,
+    levels: tuple[str, ...] | None,
+    workers: int,
+    keep: Callable[[str, dict], None],
+    progress: bool,
+) -> None:
+    """Decompose `todo` with `decomposer` in `workers` threads (an LLM server answers several
+    requests at once; the backend's rate limit is shared), keeping each report as it finishes. On
+    the first failure or an interruption the reports not started are cancelled, those under way
+    stop after their current request, and the failure is raised; finished reports are kept, and
+    every answer already given sits in the LLM answer cache."""
+    stop = threading.Event()
+
+    def one(item: tuple[str, str, str]) -> tuple[str, dict]:
+        study_id, report, modality = item
+        if levels is None:
+            entities = decomposer.ontology.entities(modality)
+        else:
+            entities = [e for level in levels for e in decomposer.ontology.entities(modality, level)]
+        statements = {}
+        for entity in entities:  # one entity at a time, so that a stopping run stops between requests
+            if stop.is_set():
+                raise _Stopped
+            mentioned = decomposer.decompose(report, modality, [entity]).mentioned()
+            statements.update({k: {"status": v.status.value, "sentences": v.sentences} for k, v in mentioned.items()})
+        return study_id, statements
+
+    bar = tqdm(total=len(todo), desc="reports", disable=not progress)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="decompose")
+    try:
+        pending = {pool.submit(one, item) for item in todo}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if future.exception() is None:
+                    keep(*future.result())
+                    bar.update()
+            for future in finished:
+                if future.exception() is not None:
+                    raise future.exception()
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+
+
+def run_decomposer(
+    rows: list[dict], cache_dir: Path, config: MiningConfig, progress: bool = True
+) -> tuple[dict[str, dict], int]:
+    """Decompose `rows` with the configured decomposer into `cache_dir` (resumable); returns the
+    decompositions and how many were computed now."""
+    cache_file = cache_dir / cache_file_name(config.identity)
+    if config.decomposer == "rule":
+        return decompose_all(rows, cache_file, config.workers, progress)
+    if not any(r["study_id"] not in read_decomposition_cache(cache_file) for r in rows):
+        return decompose_all(rows, cache_file, progress=False)  # all cached: no backend to build (or load)
+    if config.llm is None:  # MiningConfig refuses this; kept for configs changed after construction
+        raise ValueError("the llm decomposer needs LLM settings (--llm-url and --llm-model, or --llm-local)")
+    workers = config.workers if config.llm.url else 1  # one local model generates one report at a time
+    if workers != config.workers:
+        logger.info("a local model decomposes one report at a time (workers=%d ignored)", config.workers)
+    decomposer = build_llm_decomposer(config.llm, cache_dir / "llm")
+    return decompose_all(rows, cache_file, workers, progress, decomposer, config.levels)
 
 
 def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None = None, progress: bool = True) -> dict:
@@ -199,8 +337,24 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     rows = read_study_manifest(manifest)
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
+    split_studies(rows, config)  # the leakage checks, before any report is read
+    raw, computed = run_decomposer(rows, out / "cache", config, progress)
+    return write_mined_tables(rows, raw, out, config, computed)
+
+
+def write_mined_tables(
+    rows: list[dict],
+    raw: dict[str, dict],
+    out: Path,
+    config: MiningConfig,
+    computed: int,
+    identity: dict | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """The global steps over every study's decomposition (splits, triplets, retrieval,
+    longitudinal labels, VQA), committed to `out`; returns the summary. `identity`: the
+    decomposer that gave `raw` (default: the config's); `extra`: more summary entries."""
     studies = split_studies(rows, config)
-    raw, computed = decompose_all(rows, out / "cache" / "decompositions.jsonl", config.workers, progress)
     ontology = _worker_decomposer().ontology
     decompositions = _as_decompositions(rows, raw, ontology)
     entity_ids = sorted(
@@ -239,11 +393,13 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     summary = {name: len(table) for name, table in tables.items()}
     summary.update(
         decomposed_now=computed,
+        decomposer=identity or config.identity,
         vqa_generated=report.generated,
         vqa_language_prior_removed_share=round(report.language_prior_removed_share, 4),
         vqa_filters=report.removed(),  # every filter's removals (the bias filter reorders, removes none)
         vqa_language_prior_splits=list(config.language_prior_splits),
         levels=list(config.levels),
+        **(extra or {}),
     )
     summary["tables"] = _commit_tables(tables, out, summary)
     return summary
@@ -275,10 +431,15 @@ def image_path_beside(image: str | Path, mined_dir: Path) -> str:
 
 
 def split_studies(rows: list[dict], config: MiningConfig) -> dict[str, StudyInfo]:
-    """Patient-level splits before any pairing; external cohorts form their own split (Table S2)."""
+    """Patient-level splits before any pairing; external cohorts form their own split (Table S2).
+    A manifest with a `split` column (a dataset's official split) keeps it, patient by patient;
+    otherwise patients are split by a salted hash (`config.split_fractions`)."""
     external = {r["patient_id"] for r in rows if r.get("source") in config.external_sources}
-    internal = [r["patient_id"] for r in rows if r["patient_id"] not in external]
-    patient_splits = assign_splits(internal, config.split_fractions, config.split_salt)
+    internal = [r for r in rows if r["patient_id"] not in external]
+    if rows and all(r.get("split") for r in rows):
+        patient_splits = official_patient_splits(internal)
+    else:
+        patient_splits = assign_splits([r["patient_id"] for r in internal], config.split_fractions, config.split_salt)
     patient_splits.update({patient: "external" for patient in external})
     studies = {
         r["study_id"]: StudyInfo(r["study_id"], r["patient_id"], r["modality"], patient_splits[r["patient_id"]])
@@ -389,6 +550,9 @@ __all__ = [
     "decompose_all",
     "longitudinal_labels",
     "mine",
+    "read_decomposition_cache",
     "read_study_manifest",
+    "run_decomposer",
     "split_studies",
+    "write_mined_tables",
 ]

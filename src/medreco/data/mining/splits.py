@@ -36,6 +36,24 @@ def assign_splits(
     return assignment
 
 
+SPLIT_NAMES = ("train", "validation", "test", "external")
+
+
+def official_patient_splits(rows: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """patient id -> split from rows carrying a dataset's official `split` (MIMIC-CXR's split CSV,
+    CT-RATE's train/valid folders, as the adapters write it). Raises `LeakageError` when a patient's
+    studies lie in different splits: pairs of that patient's studies would cross them."""
+    assignment: dict[str, str] = {}
+    for row in rows:
+        patient, split = row["patient_id"], row["split"]
+        if assignment.setdefault(patient, split) != split:
+            raise LeakageError(
+                f"the manifest's official splits put patient {patient} in both {assignment[patient]} and {split}; "
+                "fix the manifest's split column (or remove it to split by patient hash)"
+            )
+    return assignment
+
+
 def study_splits(study_patients: Mapping[str, str], patient_splits: Mapping[str, str]) -> dict[str, str]:
     """study id -> split, through the study's patient."""
     return {study: patient_splits[patient] for study, patient in study_patients.items()}
@@ -58,4 +76,13 @@ def check_patients(study_patients: Mapping[str, str], study_split: Mapping[str, 
             raise LeakageError(f"patient {patient} appears in splits {seen[patient]} and {split}")
 
 
-__all__ = ["DEFAULT_FRACTIONS", "LeakageError", "assign_splits", "check_patients", "check_sample", "study_splits"]
+__all__ = [
+    "DEFAULT_FRACTIONS",
+    "SPLIT_NAMES",
+    "LeakageError",
+    "assign_splits",
+    "check_patients",
+    "check_sample",
+    "official_patient_splits",
+    "study_splits",
+]

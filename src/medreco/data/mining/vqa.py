@@ -1,9 +1,10 @@
 """Comparative visual question answering from two reports (MedReCo section 4.4, Appendix S1.4).
 
 For a pair of studies and an entity, the template backend writes one closed-ended 4-option
-question per comparison dimension the two statements support (presence, side, size, number,
-margins, density, interval change for same-patient pairs) and a matching open-ended
-question-answer. Filters follow Table S4: image dependency (the answer must change when either
+question per comparison dimension the two statements support (the paper's presence, location,
+size, morphology, margins, internal characteristics, associated findings and potential aetiology,
+plus number, internal composition, distribution, and interval change for same-patient pairs) and a
+matching open-ended question-answer. Filters follow Table S4: image dependency (the answer must change when either
 image's finding changes), language prior (drop questions a text-only model answers from the
 wording alone, trained on one half and tested on the other with shuffled options), bias
 (shuffled options, swapped image order), duplicates."""
@@ -23,7 +24,18 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..reports.attributes import read_attributes
+from ..reports.attributes import (
+    AETIOLOGY_TERMS,
+    ASSOCIATED_TERMS,
+    COMPOSITIONS,
+    DISTRIBUTION_TERMS,
+    INTERNAL_TERMS,
+    LOBES,
+    MARGINS,
+    MORPHOLOGY_TERMS,
+    location_phrases,
+    read_attributes,
+)
 from ..reports.decomposition import EntityStatement, MentionStatus
 from ..reports.llm import (
     PROMPT_IMAGE_DEPENDENCY,
@@ -93,6 +105,130 @@ def _four(answer: str, pool: list[str], rng: np.random.Generator) -> tuple[list[
     return options, LETTERS[options.index(answer)]
 
 
+# ------------------------------------------------------------ descriptive comparison dimensions
+# The paper's comparison aspects (Appendix S1.4, prompt S4) beyond presence, location, size and
+# number: dimension -> (attribute read by `read_attributes`, question, reference answer).
+DESCRIPTIVE_DIMENSIONS = {
+    "margins": (
+        "margins",
+        "How do the margins of the {noun} compare?",
+        "The {noun} has {u} margins in {la} and {v} margins in {lb}.",
+    ),
+    "composition": (
+        "composition",
+        "How does the internal composition of the {noun} compare?",
+        "The {noun} is {u} in {la} and {v} in {lb}.",
+    ),
+    "morphology": (
+        "morphology",
+        "How does the shape of the {noun} compare between the two cases?",
+        "The {noun} is {u} in {la} and {v} in {lb}.",
+    ),
+    "internal characteristics": (
+        "internal",
+        "How do the internal characteristics of the {noun} compare?",
+        "The {noun} shows {u} in {la} and {v} in {lb}.",
+    ),
+    "associated findings": (
+        "associated",
+        "Which associated findings accompany the {noun} in each case?",
+        "The {noun} is accompanied by {u} in {la} and by {v} in {lb}.",
+    ),
+    "distribution": (
+        "distribution",
+        "How does the distribution of the {noun} compare?",
+        "The {noun} is {u} in {la} and {v} in {lb}.",
+    ),
+    "aetiology": (
+        "aetiology",
+        "What is the likely aetiology of the {noun} in each case?",
+        "The {noun} is likely {u} in {la} and {v} in {lb}.",
+    ),
+}
+# how an attribute value reads in an option or answer (others read as they are)
+DISPLAY = {
+    "irregular": "irregularly shaped",
+    "homogeneous": "homogeneous content",
+    "heterogeneous": "heterogeneous content",
+}
+_TEXTURES = ("homogeneous", "heterogeneous")
+# Distractor values per dimension, narrowed per modality family so that options stay plausible
+# (no acoustic shadowing for a chest radiograph, no ground glass in the liver).
+_CHEST, _OTHER = ("CXR", "CT"), ("BRAIN", "US")
+DIMENSION_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
+    "margins": {"*": MARGINS},
+    "composition": {"*": COMPOSITIONS, **dict.fromkeys(_OTHER, ("solid", "cystic", "calcified", "fatty"))},
+    "morphology": {"*": tuple(MORPHOLOGY_TERMS)},
+    "internal characteristics": {
+        "*": tuple(INTERNAL_TERMS),
+        "CXR": ("homogeneous", "heterogeneous", "cavitation", "calcification", "air bronchograms"),
+        **dict.fromkeys(_OTHER, tuple(t for t in INTERNAL_TERMS if t != "air bronchograms")),
+    },
+    "associated findings": {
+        "*": tuple(ASSOCIATED_TERMS),
+        **dict.fromkeys(_CHEST, ("volume loss", "air-fluid level", "halo", "satellite nodules", "oedema")),
+        "BRAIN": ("oedema", "mass effect", "midline shift"),
+        "US": ("posterior acoustic shadowing", "posterior acoustic enhancement", "oedema"),
+    },
+    "distribution": {"*": tuple(DISTRIBUTION_TERMS)},
+    "aetiology": {"*": tuple(AETIOLOGY_TERMS)},
+}
+LOCATION_ANSWERS = {
+    "side": "The {noun} is on the {u} side in {la} and on the {v} side in {lb}.",
+    "lobe": "The {noun} lies in the {u} in {la} and in the {v} in {lb}.",
+    "zone": "The {noun} lies in the {u} in {la} and in the {v} in {lb}.",
+    "depth": "The {noun} is {u} in {la} and {v} in {lb}.",
+}
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _phrase(value) -> str | None:
+    """An attribute value as an option reads it: sets joined (texture first), display names used."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        return DISPLAY.get(value, value)
+    ordered = [t for t in _TEXTURES if t in value] + sorted(t for t in value if t not in _TEXTURES)
+    return " and ".join(DISPLAY.get(t, t) for t in ordered)
+
+
+def _values(dimension: str, family: str) -> tuple[str, ...]:
+    table = DIMENSION_VALUES[dimension]
+    return tuple(_phrase(v) for v in table.get(family, table["*"]))
+
+
+def _location_values(kind: str, u: str, v: str) -> tuple[str, ...]:
+    """Plausible other locations at the granularity compared (the other lobes, the other side ...)."""
+    if kind == "side":
+        return ("right", "left", "bilateral")
+    if kind == "lobe":
+        return (*LOBES, "lingula")
+    flipped = {"right": "left", "left": "right"}
+    return tuple(
+        " ".join(flipped.get(word, word) if i == 0 else word for i, word in enumerate(phrase.split()))
+        for phrase in (u, v)
+    )
+
+
+def _categorical(
+    u: str, v: str, vocabulary, la: str, lb: str, rng: np.random.Generator, same: str | None = None
+) -> tuple[list[str], str, str]:
+    """Four options comparing a value in two cases ("Smooth in Case A, spiculated in Case B",
+    "Round in both", or `same`), the distractors made of the two values and plausible others from
+    `vocabulary`; returns (options, answer letter, answer)."""
+    answer = (same or f"{_cap(u)} in both") if u == v else f"{_cap(u)} in {la}, {v} in {lb}"
+    others = [w for w in dict.fromkeys(vocabulary) if w not in (u, v)]
+    extra = [others[int(i)] for i in rng.permutation(len(others))[: 3 - len({u, v})]]
+    values = list(dict.fromkeys([u, v, *extra]))
+    pool = [answer, *(f"{_cap(p)} in {la}, {q} in {lb}" for p in values for q in values if p != q)]
+    pool += [same] if same else [f"{_cap(p)} in both" for p in values]
+    options, letter = _four(answer, pool, rng)
+    return options, letter, answer
+
+
 def _presence(a: EntityStatement, b: EntityStatement, labels) -> str | None:
     if {a.status, b.status} - {MentionStatus.POSITIVE, MentionStatus.NEGATIVE}:
         return None
@@ -129,23 +265,18 @@ def closed_questions(
         out.append(("presence", f"Which case shows {noun}?", options, letter, text))
     if a.status is MentionStatus.POSITIVE and b.status is MentionStatus.POSITIVE:
         x, y = read_attributes(a.text), read_attributes(b.text)
-        if x.side and y.side:
-            answer = "The same side" if x.side == y.side else f"{x.side.capitalize()} in {la}, {y.side} in {lb}"
-            pool = [
-                "The same side",
-                f"{x.side.capitalize()} in {la}, {y.side} in {lb}",
-                f"{y.side.capitalize()} in {la}, {x.side} in {lb}",
-                f"Bilateral in {la}, left in {lb}",
-                f"Right in {la}, bilateral in {lb}",
-            ]
-            options, letter = _four(answer, pool, rng)
+        where = location_phrases(x, y)
+        if where is not None:
+            u, v, kind = where
+            options, letter, _ = _categorical(u, v, _location_values(kind, u, v), la, lb, rng, f"The same {kind}")
             out.append(
                 (
                     "location",
-                    f"How does the side of the {noun} compare between the two cases?",
+                    f"How does the {'side' if kind == 'side' else 'location'} of the {noun} compare between the "
+                    "two cases?",
                     options,
                     letter,
-                    f"The {noun} is on the {x.side} side in {la} and on the {y.side} side in {lb}.",
+                    LOCATION_ANSWERS[kind].format(noun=noun, u=u, v=v, la=la, lb=lb),
                 )
             )
         for name, dimension, more, less in (
@@ -178,30 +309,21 @@ def closed_questions(
                     f"The {noun} is {answer[0].lower() + answer[1:]}.",
                 )
             )
-        for name in ("margins", "density"):
-            u, v = getattr(x, name), getattr(y, name)
-            if u and v:
-                answer = f"{u.capitalize()} in {la}, {v} in {lb}" if u != v else f"{u.capitalize()} in both"
-                values = (
-                    ["smooth", "lobulated", "spiculated"]
-                    if name == "margins"
-                    else ["solid", "part-solid", "ground-glass"]
+        for dimension, (name, question, reference) in DESCRIPTIVE_DIMENSIONS.items():
+            u, v = _phrase(getattr(x, name)), _phrase(getattr(y, name))
+            if not u or not v:
+                continue
+            values = _values(dimension, entity.family)
+            options, letter, _ = _categorical(u, v, values, la, lb, rng)
+            out.append(
+                (
+                    dimension,
+                    question.format(noun=noun),
+                    options,
+                    letter,
+                    reference.format(noun=noun, u=u, v=v, la=la, lb=lb),
                 )
-                pool = [
-                    answer,
-                    *[f"{p.capitalize()} in {la}, {q} in {lb}" for p in values for q in values if p != q],
-                    *[f"{p.capitalize()} in both" for p in values],
-                ]
-                options, letter = _four(answer, pool, rng)
-                out.append(
-                    (
-                        name,
-                        f"How do the {name} of the {noun} compare?",
-                        options,
-                        letter,
-                        f"The {noun} is {u} in {la} and {v} in {lb}.",
-                    )
-                )
+            )
     if longitudinal:
         change = consistent_change_label(a, b)
         if change is not None:
@@ -210,6 +332,14 @@ def closed_questions(
 
 
 CHANGE_OPTIONS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
+# the reference answer of a qualitative change, per follow-up attribute (longitudinal.CHANGE_ATTRIBUTES)
+QUALITATIVE_CHANGES = {
+    "margins": "The margins of the {noun} have changed.",
+    "composition": "The internal composition of the {noun} has changed.",
+    "distribution": "The distribution of the {noun} has changed.",
+    "location": "The {noun} has changed in location.",
+    "morphology": "The shape of the {noun} has changed.",
+}
 
 
 def change_sentence(noun: str, label: str, attribute: str) -> str:
@@ -219,7 +349,7 @@ def change_sentence(noun: str, label: str, attribute: str) -> str:
     if label == "stable":
         return f"The {noun} is stable."
     if label == "qualitatively changed":
-        return f"The {noun} has changed in character."
+        return QUALITATIVE_CHANGES.get(attribute, "The {noun} has changed in character.").format(noun=noun)
     detail = f" in {attribute}" if attribute not in ("presence", "overall") else ""
     return f"The {noun} has {label}{detail}."
 
@@ -269,11 +399,16 @@ def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[di
 # wording while their reference answers differ.
 OPEN_QUESTIONS = {
     "presence": "Describe whether {la} and {lb} show {noun}.",
-    "location": "On which side is the {noun} in {la} and in {lb}?",
+    "location": "Where is the {noun} in {la} and in {lb}?",
     "size": "Compare the size of the {noun} in {lb} with {la}.",
     "number": "Compare the number of {noun} in {lb} with {la}.",
     "margins": "Describe the margins of the {noun} in {la} and in {lb}.",
-    "density": "Describe the density of the {noun} in {la} and in {lb}.",
+    "composition": "Describe the internal composition of the {noun} in {la} and in {lb}.",
+    "morphology": "Describe the shape of the {noun} in {la} and in {lb}.",
+    "internal characteristics": "Describe the internal characteristics of the {noun} in {la} and in {lb}.",
+    "associated findings": "Describe the findings accompanying the {noun} in {la} and in {lb}.",
+    "distribution": "Describe the distribution of the {noun} in {la} and in {lb}.",
+    "aetiology": "What is the likely aetiology of the {noun} in {la} and in {lb}?",
     "change": "Describe how the {noun} has changed from the prior to the current study.",
 }
 
@@ -686,6 +821,8 @@ __all__ = [
     "llm_vqa",
     "needs_two_images",
     "CHANGE_OPTIONS",
+    "DESCRIPTIVE_DIMENSIONS",
+    "QUALITATIVE_CHANGES",
     "LETTERS",
     "MajorityAnswerer",
     "TextOnlyAnswerer",

@@ -5,7 +5,9 @@ Layout of a cohort folder:
     manifest.jsonl            one line per study: ids, modality, study day, image paths, report
     patients/<patient>/<study>/
         image.dcm, image.png          chest X-ray (DICOM DX and 8-bit PNG)
-        dicom/slice_*.dcm, image.nii.gz   chest CT (DICOM series and NIfTI, same geometry)
+        dicom/slice_*.dcm, image.nii.gz   chest CT, abdominal CT (DICOM series and NIfTI, same geometry)
+        dicom/<n>_AX_T1_SE/, dicom/<n>_AX_T2_TSE/, dicom/<n>_AX_FLAIR/, flair.nii.gz   brain MRI
+        image.dcm, cine.dcm           ultrasound (one RGB or palette frame; a multi-frame loop)
         report.txt
     ground_truth/<study>.json  findings, attributes, change labels, report mentions: for
                                evaluation only, never for training
@@ -26,14 +28,16 @@ from tqdm.auto import tqdm
 
 from ...atomic import write_text_atomically
 from ...processing.writers import DicomIdentity, canonical_affine, write_ct_series, write_nifti, write_radiograph
+from .families import FAMILIES, write_family_report
 from .findings import Finding, evolve, finding_types_for, sample_finding
 from .render import Anatomy, ct_grid, render_radiograph, render_thorax_hu
 from .reports import write_report
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_MODALITIES = ("chest_xray", "chest_ct")
-SIZES = {
+SUPPORTED_MODALITIES = ("chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound")
+DEFAULT_MODALITIES = ("chest_xray", "chest_ct")
+SIZES = {  # chest families; brain.py, abdomen.py and ultrasound.py hold their own sizes per name
     # chest X-ray pixel spacing (mm); chest CT voxel spacing (mm) along (D, H, W) before jitter
     "tiny": {"cxr_pixel_mm": 6.0, "ct_spacing": (14.0, 7.5, 7.5)},
     "small": {"cxr_pixel_mm": 1.5, "ct_spacing": (7.0, 3.75, 3.75)},
@@ -47,11 +51,13 @@ _LAST = ["Quillfeather", "Marrowby", "Thistlewood", "Ashcombe", "Pennyworth", "V
 class PhantomConfig:
     """num_patients: patients; studies_per_patient: time points per modality (>= 1);
     size: "tiny" (tests), "small" (demo) or "paper" (full resolution, slow); seed: everything
-    is determined by it."""
+    is determined by it; patients_per_modality: a modality listed is given to the first N patients
+    only (the demo's brain MRI, abdominal CT and ultrasound are smaller than its chest cohort)."""
 
     num_patients: int = 20
     studies_per_patient: int = 2
-    modalities: tuple[str, ...] = SUPPORTED_MODALITIES
+    modalities: tuple[str, ...] = DEFAULT_MODALITIES
+    patients_per_modality: dict[str, int] = field(default_factory=dict)
     size: str = "small"
     seed: int = 0
     write_png: bool = True
@@ -65,6 +71,13 @@ class PhantomConfig:
             raise ValueError(f"size must be one of {sorted(SIZES)}, got {self.size!r}")
         if self.num_patients < 1 or self.studies_per_patient < 1:
             raise ValueError("num_patients and studies_per_patient must be at least 1")
+        if set(self.patients_per_modality) - set(self.modalities) or any(
+            n < 1 for n in self.patients_per_modality.values()
+        ):
+            raise ValueError("patients_per_modality: positive counts for modalities of the cohort only")
+
+    def patients_with(self, modality: str) -> int:
+        return min(self.num_patients, self.patients_per_modality.get(modality, self.num_patients))
 
 
 @dataclass
@@ -98,7 +111,7 @@ def generate_cohort(config: PhantomConfig, out_dir: str | Path, progress: bool =
     out.mkdir(parents=True, exist_ok=True)
     (out / "ground_truth").mkdir(exist_ok=True)
     records: list[StudyRecord] = []
-    total = config.num_patients * config.studies_per_patient * len(config.modalities)
+    total = config.studies_per_patient * sum(config.patients_with(m) for m in config.modalities)
     bar = tqdm(total=total, desc="synthetic studies", unit="study", disable=not progress)
     for patient_index in range(config.num_patients):
         rng = np.random.default_rng([config.seed, patient_index])
@@ -106,6 +119,8 @@ def generate_cohort(config: PhantomConfig, out_dir: str | Path, progress: bool =
         identity = _identity(rng, patient_index)
         anatomy = Anatomy.sample(rng)
         for modality in config.modalities:
+            if patient_index >= config.patients_with(modality):
+                continue
             records.extend(_write_timeline(config, out, rng, patient_id, identity, anatomy, modality, bar))
     bar.close()
     manifest = out / "manifest.jsonl"
@@ -115,7 +130,13 @@ def generate_cohort(config: PhantomConfig, out_dir: str | Path, progress: bool =
 
 
 def _write_timeline(config, out, rng, patient_id, identity, anatomy, modality, bar) -> list[StudyRecord]:
-    findings = [sample_finding(t.key, rng, rng.random() < t.prevalence) for t in finding_types_for(modality)]
+    family = FAMILIES.get(modality)  # brain MRI, abdominal CT, ultrasound (families.py)
+    if family is not None:
+        anatomy = family.patient(rng)
+        types = [t for t in finding_types_for(modality) if family.applies(t.key, anatomy)]
+        findings = [family.sample(t.key, rng, rng.random() < t.prevalence) for t in types]
+    else:
+        findings = [sample_finding(t.key, rng, rng.random() < t.prevalence) for t in finding_types_for(modality)]
     records, prior, prior_record, day = [], None, None, 0
     base_date = np.datetime64("2019-01-01") + int(rng.integers(0, 1500))
     for index in range(config.studies_per_patient):
@@ -126,16 +147,20 @@ def _write_timeline(config, out, rng, patient_id, identity, anatomy, modality, b
             changes = {f.key: change for f, (_, change) in zip(prior, evolved) if change is not None}
             interval = int(rng.integers(14, 400))
             day += interval
-        study_id = f"{patient_id}-{'CXR' if modality == 'chest_xray' else 'CT'}{index + 1}"
+        code = family.code if family else ("CXR" if modality == "chest_xray" else "CT")
+        study_id = f"{patient_id}-{code}{index + 1}"
         folder = out / "patients" / patient_id / study_id
-        report, mentions = write_report(
-            modality, findings, rng, prior, changes, day - (prior_record.study_day if prior_record else 0)
-        )
+        interval = day - (prior_record.study_day if prior_record else 0)
+        if family is not None:
+            report, mentions = write_family_report(family, findings, rng, prior, changes, interval)
+        else:
+            report, mentions = write_report(modality, findings, rng, prior, changes, interval)
+        description = family.series_description if family else ("PA" if modality == "chest_xray" else "CHEST CT")
         dicom_identity = DicomIdentity(
             **identity,
             accession=f"ACC{rng.integers(10**7, 10**8)}",
             study_date=str(base_date + day).replace("-", ""),
-            series_description="PA" if modality == "chest_xray" else "CHEST CT",
+            series_description=description,
             study_uid=_uid(config.seed, study_id, "study"),
             series_uid=_uid(config.seed, study_id, "series"),
         )
@@ -174,8 +199,10 @@ def _uid(seed: int, study_id: str, kind: str) -> str:
 def _write_images(
     config, folder: Path, rng, anatomy: Anatomy, findings: list[Finding], modality: str, identity, study_id
 ):
-    size = SIZES[config.size]
     folder.mkdir(parents=True, exist_ok=True)
+    if modality in FAMILIES:
+        return FAMILIES[modality].write_images(config, folder, rng, anatomy, findings, identity, f"{config.seed}")
+    size = SIZES[config.size]
     root = folder.parent.parent.parent
     if modality == "chest_xray":
         spacing = size["cxr_pixel_mm"] * float(rng.uniform(0.9, 1.1))
@@ -222,4 +249,13 @@ def read_ground_truth(cohort_dir: str | Path, study_id: str) -> dict:
     return json.loads((Path(cohort_dir) / "ground_truth" / f"{study_id}.json").read_text())
 
 
-__all__ = ["PhantomConfig", "SIZES", "StudyRecord", "generate_cohort", "read_ground_truth", "read_manifest"]
+__all__ = [
+    "DEFAULT_MODALITIES",
+    "PhantomConfig",
+    "SIZES",
+    "SUPPORTED_MODALITIES",
+    "StudyRecord",
+    "generate_cohort",
+    "read_ground_truth",
+    "read_manifest",
+]

@@ -1,8 +1,9 @@
 """What the synthetic patients have: a catalogue of findings and how they evolve between studies.
 
 Each finding type names its vocabulary entity (MedReCo paper, Appendix S2) and anatomy, and has
-attributes (side, lobe, size, number, margins, density) that may change from the prior study to
-the current one. Findings are drawn independently, so several co-occur and whole-image
+attributes (side, lobe, size, number, margins, density; and, for the chest findings, morphology,
+internal characteristics, associated findings, distribution and aetiology) that may change from
+the prior study to the current one. Findings are drawn independently, so several co-occur and whole-image
 similarity is confounded: only entity-specific comparison recovers them."""
 
 from __future__ import annotations
@@ -24,6 +25,26 @@ GRADES = ("mild", "moderate", "severe")  # also small / moderate / large for col
 COLLECTION_GRADES = ("small", "moderate", "large")
 MARGINS = ("smooth", "lobulated", "spiculated")
 DENSITIES = ("solid", "part-solid", "ground-glass")
+# Descriptive attributes of the chest findings (values as `reports.attributes` reads them back).
+DESCRIPTORS = {
+    "lung_nodule": {
+        "morphology": ("round", "oval", "irregular"),
+        "internal": ("homogeneous", "heterogeneous", "calcification", "cavitation"),
+        "aetiology": ("neoplastic", "infectious", "inflammatory"),
+        "associated": ("halo", "satellite nodules", None, None),
+    },
+    "consolidation": {
+        "distribution": ("focal", "patchy", "lobar"),
+        "internal": ("air bronchograms", "homogeneous"),
+        "aetiology": ("infectious", "inflammatory"),
+    },
+    "atelectasis": {"morphology": ("linear", "wedge-shaped"), "associated": ("volume loss", None)},
+    "lymphadenopathy": {
+        "morphology": ("oval", "round"),
+        "internal": ("homogeneous", "necrosis"),
+        "aetiology": ("inflammatory", "neoplastic"),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,11 @@ class Finding:
     number: int | None = None
     margins: str | None = None
     density: str | None = None
+    morphology: str | None = None
+    internal: str | None = None
+    associated: str | None = None
+    distribution: str | None = None
+    aetiology: str | None = None
     anchor: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -145,7 +171,33 @@ def sample_finding(key: str, rng: np.random.Generator, present: bool) -> Finding
         finding.number = int(rng.choice([1, 2, 3]))
     else:  # cardiomegaly, emphysema, fatty_liver: a severity grade
         finding.grade = str(rng.choice(GRADES))
+    _describe(finding)
     return finding
+
+
+def _descriptive_rng(finding: Finding, salt: float = 0.0) -> np.random.Generator:
+    """Draws for the descriptive attributes and their changes, seeded by the finding's anchor (and
+    `salt`) rather than taken from the cohort's generator, so that every other draw of the cohort,
+    and so its findings, prevalences and images, stays as it was before these attributes existed."""
+    return np.random.default_rng([int(abs(v) * 2**31) for v in (*finding.anchor, salt)] + [len(finding.key)])
+
+
+def _describe(finding: Finding) -> None:
+    """Morphology, internal characteristics, associated findings, distribution and aetiology."""
+    options = DESCRIPTORS.get(finding.key)
+    if options is None:
+        return
+    rng = _descriptive_rng(finding)
+    for name, values in options.items():
+        value = values[int(rng.integers(len(values)))]
+        setattr(finding, name, None if value is None else str(value))
+    if finding.key == "lung_nodule":  # an aetiology that fits the look
+        if finding.internal == "calcification":
+            finding.aetiology = "granulomatous"
+        elif finding.margins == "spiculated":
+            finding.aetiology = "neoplastic"
+    elif finding.key == "lymphadenopathy" and finding.internal == "necrosis":
+        finding.aetiology = "neoplastic"
 
 
 SEVERITY_FINDINGS = ("cardiomegaly", "emphysema", "fatty_liver")
@@ -200,8 +252,43 @@ def evolve(prior: Finding, rng: np.random.Generator) -> tuple[Finding, dict | No
         return current, {"label": "qualitatively changed", "attribute": "margins"}
     if roll < 0.75 and current.density is not None:
         current.density = str(rng.choice([d for d in DENSITIES if d != current.density]))
-        return current, {"label": "qualitatively changed", "attribute": "density"}
+        return current, {"label": "qualitatively changed", "attribute": "composition"}
+    changed = _change_description(current, roll)
+    if changed is not None:
+        return current, {"label": "qualitatively changed", "attribute": changed}
     return current, {"label": "stable", "attribute": "overall"}
+
+
+def _change_description(finding: Finding, roll: float) -> str | None:
+    """Location, distribution or internal-composition changes (paper Table S8's follow-up
+    attributes), taken from what would otherwise be a stable finding: a consolidation that moves to
+    another lobe (0.6-0.67) or changes distribution (0.67-0.73), a consolidation (0.73-0.77) or a
+    non-calcified nodule (0.75-0.78) that cavitates. Returns the attribute changed, or None."""
+    rng = _descriptive_rng(finding, roll)
+    if finding.key == "consolidation" and 0.6 <= roll < 0.67:
+        lobes = [lobe for lobes in LOBES.values() for lobe in lobes if lobe != finding.lobe]
+        finding.lobe = lobes[int(rng.integers(len(lobes)))]
+        finding.side = finding.lobe.split()[0]
+        return "location"
+    if finding.key == "consolidation" and 0.67 <= roll < 0.73:
+        values = [d for d in DESCRIPTORS["consolidation"]["distribution"] if d != finding.distribution]
+        finding.distribution = values[int(rng.integers(len(values)))]
+        return "distribution"
+    cavitates = (finding.key == "consolidation" and 0.73 <= roll < 0.77) or (
+        finding.key == "lung_nodule" and 0.75 <= roll < 0.78 and finding.internal in ("homogeneous", "heterogeneous")
+    )
+    if cavitates and finding.internal != "cavitation":
+        finding.internal = "cavitation"
+        return "composition"
+    return None
+
+
+def register_finding_types(types: list[FindingType], severity_keys: tuple[str, ...] = ()) -> None:
+    """Add the finding types of another family (brain MRI, abdominal CT, ultrasound: `families.py`);
+    `severity_keys` are graded mild/moderate/severe rather than small/moderate/large."""
+    global SEVERITY_FINDINGS
+    FINDING_TYPES.update({t.key: t for t in types})
+    SEVERITY_FINDINGS = tuple(dict.fromkeys((*SEVERITY_FINDINGS, *severity_keys)))
 
 
 __all__ = [
@@ -213,5 +300,6 @@ __all__ = [
     "FindingType",
     "evolve",
     "finding_types_for",
+    "register_finding_types",
     "sample_finding",
 ]

@@ -23,10 +23,53 @@ def _a(number: float) -> str:
     return "an" if spoken.startswith("8") or spoken in ("11", "18") else "a"
 
 
+def _article(phrase: str) -> str:
+    """'an' before a vowel ('an oval nodule', 'an irregularly shaped nodule'), else 'a'."""
+    return "an" if phrase[:1].lower() in "aeiou" else "a"
+
+
 def _where(f: Finding) -> str:
     if f.lobe:
         return f"the {f.lobe}"
     return ""
+
+
+# How the chest findings' descriptive attributes read (every wording of a finding states all of
+# them, so a prior and a current report differ only where the finding did).
+SHAPES = {"round": "round", "oval": "oval", "irregular": "irregularly shaped", "linear": "linear"}
+WITH = {  # internal features and associated findings, said after the noun ("with ...")
+    "calcification": "internal calcification",
+    "cavitation": "cavitation",
+    "air bronchograms": "air bronchograms",
+    "necrosis": "central necrosis",
+    "halo": "a surrounding halo",
+    "satellite nodules": "satellite nodules",
+}
+AETIOLOGY = {
+    "neoplastic": "suspicious for malignancy",
+    "infectious": "likely infectious",
+    "inflammatory": "likely inflammatory",
+    "granulomatous": "likely granulomatous",
+}
+
+
+def _shape(f: Finding) -> str:
+    return f"{SHAPES.get(f.morphology, f.morphology)} " if f.morphology else ""
+
+
+def _texture(f: Finding) -> str:
+    """The texture word ("homogeneous", "heterogeneous") before the noun; other internal features follow it."""
+    return f"{f.internal} " if f.internal in ("homogeneous", "heterogeneous") else ""
+
+
+def _with(f: Finding) -> str:
+    """' with cavitation and a surrounding halo' (atelectasis says its volume loss itself)."""
+    said = [WITH[v] for v in (f.internal, f.associated) if v in WITH]
+    return f" with {' and '.join(said)}" if said else ""
+
+
+def _cause(f: Finding) -> str:
+    return f", {AETIOLOGY[f.aetiology]}" if f.aetiology else ""
 
 
 def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
@@ -34,39 +77,48 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
     ct = modality == "chest_ct"
     if f.key == "lung_nodule":
         density = f"{f.density} " if ct else ""
+        look = f"{_shape(f)}{_texture(f)}{density}"
         if f.number and f.number > 1:
             return _pick(
                 rng,
                 [
-                    f"There are {f.number} {density}nodules in {_where(f)}, the largest measuring "
-                    f"{f.size_mm:.0f} mm, with {f.margins} margins",
-                    f"{f.number} {density}pulmonary nodules are present in {_where(f)}, "
-                    f"up to {f.size_mm:.0f} mm, {f.margins}",
+                    f"There are {f.number} {look}nodules{_with(f)} in {_where(f)}, the largest measuring "
+                    f"{f.size_mm:.0f} mm, with {f.margins} margins{_cause(f)}",
+                    f"{f.number} {look}pulmonary nodules{_with(f)} are present in {_where(f)}, "
+                    f"up to {f.size_mm:.0f} mm, {f.margins}{_cause(f)}",
                 ],
             )
         return _pick(
             rng,
             [
-                f"There is {_a(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {density}nodule in {_where(f)}",
-                f"A {density}nodule with {f.margins} margins measuring {f.size_mm:.0f} mm is seen in {_where(f)}",
-                f"{_where(f).capitalize()} contains a {f.margins} {density}nodule of {f.size_mm:.0f} mm",
+                f"There is {_a(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {look}nodule{_with(f)} in {_where(f)}"
+                f"{_cause(f)}",
+                f"{_article(look or 'nodule').capitalize()} {look}nodule with {f.margins} margins"
+                f"{_with(f).replace(' with', ' and', 1)} measuring {f.size_mm:.0f} mm is seen in "
+                f"{_where(f)}{_cause(f)}",
+                f"{_where(f).capitalize()} contains a {f.margins} {look}nodule{_with(f)} of {f.size_mm:.0f} mm"
+                f"{_cause(f)}",
             ],
         )
     if f.key == "consolidation":
+        spread = f"{f.distribution} " if f.distribution else ""
         return _pick(
             rng,
             [
-                f"There is {f.grade} consolidation in {_where(f)}",
-                f"{f.grade.capitalize()} airspace consolidation is present in {_where(f)}",
-                f"Consolidation in {_where(f)}, {f.grade} in extent",
+                f"There is {f.grade} {spread}{_texture(f)}consolidation{_with(f)} in {_where(f)}{_cause(f)}",
+                f"{f.grade.capitalize()} {spread}{_texture(f)}airspace consolidation{_with(f)} is present in "
+                f"{_where(f)}{_cause(f)}",
+                f"{(spread + _texture(f)).capitalize()}consolidation{_with(f)} in {_where(f)}, {f.grade} in extent"
+                f"{_cause(f)}",
             ],
         )
     if f.key == "atelectasis":
+        volume = " with volume loss" if f.associated == "volume loss" else ""
         return _pick(
             rng,
             [
-                f"{f.grade.capitalize()} atelectasis in {_where(f)}",
-                f"There is {f.grade} atelectasis at {_where(f)}",
+                f"{f.grade.capitalize()} {_shape(f)}atelectasis in {_where(f)}{volume}",
+                f"There is {f.grade} {_shape(f)}atelectasis at {_where(f)}{volume}",
             ],
         )
     if f.key == "pleural_effusion":
@@ -107,11 +159,14 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         nodes = (
             "an enlarged mediastinal lymph node" if f.number == 1 else f"{f.number} enlarged mediastinal lymph nodes"
         )
+        look = f", {_shape(f)}{_texture(f)}".rstrip() + _with(f) if f.morphology else ""
+        cause = {"inflammatory": ", likely reactive", "neoplastic": ", suspicious for malignancy"}.get(f.aetiology, "")
         return _pick(
             rng,
             [
-                f"There is {nodes}, measuring up to {f.size_mm:.0f} mm, consistent with mediastinal lymphadenopathy",
-                f"Mediastinal lymphadenopathy: {nodes} up to {f.size_mm:.0f} mm in short axis",
+                f"There is {nodes}{look}, measuring up to {f.size_mm:.0f} mm, consistent with mediastinal "
+                f"lymphadenopathy{cause}",
+                f"Mediastinal lymphadenopathy: {nodes}{look}, up to {f.size_mm:.0f} mm in short axis{cause}",
             ],
         )
     if f.key == "fatty_liver":
@@ -202,8 +257,19 @@ def compare(current: Finding, prior: Finding, change: dict, modality: str, rng: 
         ), POSITIVE
     if label == "qualitatively changed":
         attribute = change["attribute"]
-        before = getattr(prior, attribute)
-        return text + f", now {getattr(current, attribute)} where the prior study showed {before} {attribute}", POSITIVE
+        if attribute == "location":
+            return text + _pick(
+                rng,
+                [f", previously in {_where(prior)}", f", which has moved from {_where(prior)} since the prior study"],
+            ), POSITIVE
+        if attribute == "distribution":
+            return text + f", previously {prior.distribution}", POSITIVE
+        if attribute == "composition" and prior.internal != current.internal:  # e.g. cavitation has appeared
+            before = WITH.get(prior.internal, f"{prior.internal} content")
+            return text + f", where the prior study showed {before}", POSITIVE
+        name = "density" if attribute == "composition" else attribute  # a nodule's composition is its density
+        before = getattr(prior, name)
+        return text + f", now {getattr(current, name)} where the prior study showed {before} {attribute}", POSITIVE
     return text + _pick(
         rng,
         [", unchanged from the prior study", ", stable compared with the prior exam", ", not significantly changed"],

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ...errors import MedReCoError, UnknownEntityError
-from .ontology import Entity, Ontology
+from .ontology import Entity, Ontology, phrase_pattern
 
 
 class MentionStatus(str, Enum):
@@ -73,87 +73,171 @@ SECTION_HEADER = re.compile(
 )
 READ_SECTIONS = ("findings", "impression", "impressions", "conclusion", "conclusions")
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]\s)|\n(?=[A-Z])")
+# Where a trigger's scope ends: the clause (NegEx "termination terms" among these).
 CLAUSE_BREAK = re.compile(
-    r"\b(?:but|however|although|though|except|whereas|which|while)\b|;|:|(?<=,)\s*(?=there (?:is|are)\b)", re.I
+    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|otherwise|consistent with|compatible with|"
+    r"in keeping with|apart from|aside from|other than|there (?:is|are|has been|have been))\b|;|"
+    r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b",
+    re.I,
 )
+# ", and" followed by a new description (not the next item of a negated list) also ends a scope.
+_AND_CLAUSE = re.compile(r",\s*and\b", re.I)
 
 # Phrases that look like negation or uncertainty but are neither (NegEx "pseudo-triggers").
 PSEUDO = [
-    r"no (?:significant |interval |appreciable )?change",
+    r"no (?:significant |interval |appreciable |substantial |further )*(?:change|changes)",
     r"not significantly changed",
     r"without (?:significant |interval )?change",
-    r"no (?:significant )?(?:increase|decrease)",
+    r"no (?:significant |interval |further |substantial )*(?:increase|decrease|enlargement|progression|growth)",
     r"not only",
-    r"no longer seen",
+    r"not unexpected",
+    r"improved but not resolved",
+    r"has not (?:resolved|changed|improved)",
+    r"not (?:entirely |completely |fully )resolved",
 ]
 UNCERTAIN_PRE = [
     r"possible",
     r"possibly",
     r"probable",
     r"probably",
+    r"presumably",
+    r"presumed",
     r"questionable",
+    r"question of",
     r"suspicious for",
+    r"suspected",
+    r"suspicion (?:of|for)",
     r"concerning for",
-    r"may (?:represent|reflect|be)",
-    r"could (?:represent|reflect|be)",
-    r"might (?:represent|be)",
-    r"cannot (?:be )?(?:excluded?|ruled out)",
+    r"concern for",
+    r"worrisome for",
+    r"raising (?:the )?(?:concern|question|possibility) (?:for|of)",
+    r"(?:may|could|might|can) (?:\w+ly )?(?:represent|reflect|be|indicate|relate|correspond)",
+    r"(?:cannot|can ?not) (?:be )?(?:excluded?|ruled out)",
     r"can ?not (?:exclude|rule out)",
-    r"differential (?:diagnosis )?includes",
+    r"(?:is |are )?not (?:entirely |completely |definitely )?(?:excluded|ruled out)",
+    r"differential(?: diagnos[ie]s| considerations?)?(?: would)?(?: includes?| include| is)?",
+    r"(?:diagnostic )?(?:considerations?|possibilities) (?:would )?(?:includes?|are)",
+    r"ddx",
+    r"to suggest",
     r"suggestive of",
     r"suggests?",
+    r"suggesting",
+    r"to indicate",
+    r"indicative of",
     r"likely",
-    r"compatible with",
+    r"unlikely",
     r"versus",
     r"vs\.?",
     r"equivocal",
-    r"subtle",
+    r"borderline",
+    r"cannot be (?:differentiated|distinguished) from",
+    r"evaluate for",
+    r"(?:can be |is |are )?seen (?:with|in)",
+    r"attributable to",
+    r"thought to (?:represent|be)",
+    r"consider",
+    r"r/o",
 ]
 UNCERTAIN_POST = [
-    r"(?:cannot|can ?not) (?:be )?(?:excluded|ruled out)",
-    r"is not excluded",
-    r"(?:is|are) (?:possible|suspected|questioned)",
+    r"(?:cannot|can ?not) (?:be )?(?:entirely |completely )?(?:excluded|ruled out)",
+    r"(?:is|are) not (?:entirely |completely )?(?:excluded|ruled out)",
+    r"(?:is|are) (?:possible|suspected|questioned|questionable|not excluded)",
+    r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!due|secondary|related|from|caused)\w+",
+    r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because))",
     r"may be present",
     r"not (?:entirely )?excluded",
+    r"(?:is|are) (?:a )?consideration",
+    r"(?:is|are) in the differential",
 ]
+# Alternatives offered right after a mention ("pneumonia versus atelectasis"); unlike the post-triggers
+# above they do not reach back along a list ("opacity, atelectasis versus consolidation").
+UNCERTAIN_NEXT = [r"versus", r"vs\.?", r"or (?:less likely|more likely)"]
+# A cue introducing a possibility: after a negation ("no X to suggest Y"), the possibility is denied.
+_SUGGESTION = re.compile(r"^(?:to suggest|suggestive of|suggests?|suggesting|to indicate|indicative of)$", re.I)
 NEGATIVE_PRE = [
     r"no",
     r"not",
     r"without",
     r"negative for",
     r"free of",
+    r"clear of",
     r"absence of",
-    r"no (?:evidence|sign|signs) of",
+    r"absent",
+    r"no (?:evidence|sign|signs|findings|definite|convincing|suspicious|acute|focal|new|residual) (?:of|to suggest)",
     r"resolution of",
     r"resolved",
     r"rules? out",
     r"ruled out",
     r"neither",
     r"nor",
+    r"denies",
+    r"denied",
+    r"rather than",
+    r"instead of",
+    r"removal of",
+    r"interval removal of",
+]
+# Negation that holds only right before the mention ("normal heart size", "clear lungs").
+NEGATIVE_ADJACENT = [
+    r"normal",
+    r"normal[- ]sized?",
+    r"normal[- ]caliber",
+    r"unremarkable",
+    r"clear",
+    r"intact",
+    r"patent",
+    r"preserved",
 ]
 NEGATIVE_POST = [
-    r"(?:has|have) resolved",
+    r"(?:has|have) (?:since |now |completely |nearly )?resolved",
     r"resolved",
-    r"(?:is|are|was|were) (?:not|no longer) (?:seen|present|identified|visualized|appreciated|evident|enlarged)",
-    r"(?:is|are) absent",
-    r"(?:is|are) (?:normal|unremarkable|clear)",
+    r"(?:is|are|was|were|has|have) (?:been )?(?:now |again |currently )?(?:not|no longer) (?:\w+ )?"
+    r"(?:seen|present|identified|visuali[sz]ed|appreciated|evident|enlarged|dilated|demonstrated|detected|noted|appreciable|visible|apparent|recurred|thickened)",
+    r"(?:is|are|was|were) (?:now |again |currently |completely )?absent",
+    r"(?:is|are|appears?|remains?) (?:otherwise |again |still |now )?(?:normal|unremarkable|clear|negative|natural|"
+    r"within normal limits|free)",
+    r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
+    r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely)\w+",
+    r"(?:otherwise )?(?:normal|unremarkable|clear|natural)\b",
     r"within normal limits",
-    r"(?:is|are) not enlarged",
+    r"(?:is|are) not (?:enlarged|dilated|thickened|distended)",
     r"(?:has|have) normal",
-    r"normal in (?:size|caliber|calibre)",
+    r"(?:top[- ])?normal in (?:size|caliber|calibre|appearance|attenuation|echogenicity|signal|thickness)",
     r"not seen",
+    r"(?:has|have) (?:been )?removed",
+    r"no longer (?:seen|present|identified|visuali[sz]ed|demonstrated|evident|visible|appreciated)",
+    r"(?:has|have) not recurred",
+    r":\s*(?:none|absent|negative|normal|unremarkable|no|not (?:seen|identified|present))",  # "Ascites: none."
 ]
+# An anatomical structure is abnormal only when the text says how; mentioned plainly it is normal.
+ABNORMAL_CUE = re.compile(
+    r"\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|distend\w+|distension|heterogene\w+|coarse\w*|echogenic|"
+    r"hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
+    r"hyperinflat\w+|hyperexpan\w+|opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
+    r"hyperdens\w+|hyperintens\w+|hypointens\w+|lesions?|mass(?:es)?|cysts?|stones?|calcul\w+|fluid|collections?|"
+    r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
+    r"haemorrhag\w+|blood|infarct\w*|narrow\w*|tortuous|ectatic|calcifi\w+|thrombos\w+|thrombus|occlu\w+|"
+    r"obstruct\w+|scar\w*|hypervascular|small|shift\w*|herniat\w+|wall thickening)\b",
+    re.I,
+)
 
 
-def _compile(patterns: list[str], anchored_end: bool = False) -> re.Pattern:
+def _compile(patterns: list[str]) -> re.Pattern:
     body = "|".join(f"(?:{p})" for p in sorted(patterns, key=len, reverse=True))
-    return re.compile(rf"\b(?:{body})\b", re.I)
+    return re.compile(rf"(?<![\w/-])(?:{body})(?![\w-])", re.I)
 
 
 _PSEUDO = _compile(PSEUDO)
 _UNCERTAIN_PRE, _UNCERTAIN_POST = _compile(UNCERTAIN_PRE), _compile(UNCERTAIN_POST)
+_UNCERTAIN_NEXT = _compile(UNCERTAIN_NEXT)
 _NEGATIVE_PRE, _NEGATIVE_POST = _compile(NEGATIVE_PRE), _compile(NEGATIVE_POST)
+_NEGATIVE_ADJACENT = _compile(NEGATIVE_ADJACENT)
 _LEVEL_PRIORITY = {"abnormal": 0, "disease": 1, "anatomy": 2}
+_OTHER_MENTION = "\u00a7"  # stands for another entity's mention inside a trigger's window
+_LIST_WORDS = {_OTHER_MENTION, "", "or", "and", "nor"}
+# After a mention, a comma opening a new description ends its post-triggers' reach
+# ("a granuloma in the right upper lobe, the lung is otherwise normal").
+_NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|but)\b)", re.I)
 
 
 def split_sections(report: str) -> dict[str, str]:
@@ -174,59 +258,141 @@ def split_sentences(text: str) -> list[str]:
     return [" ".join(p.split()) for p in parts if p and p.strip(" .")]
 
 
-def _phrase_pattern(phrase: str) -> str:
-    if phrase.startswith("re:"):
-        return phrase[3:]
-    return r"\s+".join(re.escape(word) for word in phrase.lower().split())
+def _triggers(pattern: re.Pattern, text: str, kind: str) -> list[tuple[int, int, str, str]]:
+    return [(m.start(), m.end(), kind, m.group()) for m in pattern.finditer(text)]
 
 
 class RuleBasedDecomposer(ReportDecomposer):
     """Offline decomposition with synonyms and NegEx-style scopes; no model, no network.
 
-    `window` bounds how many words before a mention a pre-trigger may stand (NegEx uses 5-6)."""
+    `window` bounds how many words before a mention a pre-trigger may stand (NegEx uses 5-6); other
+    entities' mentions in between do not count, so a negation reaches along a list ("no
+    consolidation, pleural effusion or pneumothorax"). The trigger nearest the mention decides."""
 
     def __init__(self, ontology: Ontology | None = None, window: int = 6):
         super().__init__(ontology)
         self.window = window
-        self._patterns: dict[tuple[str, ...], list[tuple[re.Pattern, Entity]]] = {}
+        self._patterns: dict[tuple[str, ...], list[tuple[re.Pattern, Entity, re.Pattern | None]]] = {}
 
-    def _matchers(self, entities: list[Entity]) -> list[tuple[re.Pattern, Entity]]:
+    def _matchers(self, entities: list[Entity]) -> list[tuple[re.Pattern, Entity, re.Pattern | None]]:
         key = tuple(e.id for e in entities)
         if key not in self._patterns:
-            self._patterns[key] = [
-                (re.compile(rf"(?<![\w-])(?:{_phrase_pattern(p)})(?![\w-])", re.I), e)
-                for e in entities
-                for p in e.phrasings()
-            ]
+            matchers = []
+            for entity in entities:
+                context = re.compile(entity.context, re.I) if entity.context else None
+                for phrasings, needs in ((entity.phrasings(), None), (entity.contextual, context)):
+                    if phrasings:
+                        body = "|".join(f"(?:{phrase_pattern(p)})" for p in phrasings)
+                        matchers.append((re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I), entity, needs))
+            self._patterns[key] = matchers
         return self._patterns[key]
 
     def find_mentions(self, sentence: str, entities: list[Entity]) -> list[tuple[int, int, Entity]]:
-        """Entity mentions in a sentence: longest first, then the more specific entity; no overlaps."""
+        """Entity mentions in a sentence: longest first, then phrasings that need their context (the
+        organ named in the sentence), then the more specific entity; no overlaps."""
         candidates = []
-        for pattern, entity in self._matchers(entities):
+        for pattern, entity, context in self._matchers(entities):
+            if context is not None and not context.search(sentence):
+                continue
             for match in pattern.finditer(sentence):
-                candidates.append((match.start(), match.end(), entity))
-        candidates.sort(key=lambda c: (-(c[1] - c[0]), _LEVEL_PRIORITY[c[2].level], c[0]))
+                if match.end() > match.start():
+                    candidates.append((match.start(), match.end(), entity, context is None))
+        candidates.sort(key=lambda c: (-(c[1] - c[0]), c[3], _LEVEL_PRIORITY[c[2].level], c[0]))
         taken: list[tuple[int, int, Entity]] = []
-        for start, end, entity in candidates:
+        for start, end, entity, _ in candidates:
             if all(end <= s or start >= e for s, e, _ in taken):
                 taken.append((start, end, entity))
         return sorted(taken, key=lambda c: c[0])
 
-    def mention_status(self, sentence: str, start: int, end: int) -> MentionStatus:
-        """NegEx within the mention's clause: uncertainty first (its cues often contain negation words)."""
+    def mention_status(
+        self,
+        sentence: str,
+        start: int,
+        end: int,
+        mentions: list[tuple[int, int, Entity]] = (),
+        entity: Entity | None = None,
+    ) -> MentionStatus:
+        """NegEx within the mention's clause. `mentions`: every mention in the sentence (other entities
+        do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
+        mentioned anatomical structure reads as normal."""
         masked = _PSEUDO.sub(lambda m: " " * len(m.group()), sentence)
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
-        before_words = masked[clause_start:start].split()
-        before = " ".join(before_words[-self.window :])
-        after = masked[end:clause_end]
-        if _UNCERTAIN_PRE.search(before) or _UNCERTAIN_POST.search(after):
+        before = self._window_before(masked, clause_start, start, mentions)
+        status = self._pre_status(before) or self._post_status(masked, end, clause_end, mentions)
+        if status is MentionStatus.POSITIVE and entity is not None and entity.level == "anatomy":
+            clause = list(masked[clause_start:clause_end])
+            for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
+                if other is not entity and clause_start <= other_start and other_end <= clause_end:
+                    clause[other_start - clause_start : other_end - clause_start] = " " * (other_end - other_start)
+            if not ABNORMAL_CUE.search("".join(clause)):
+                return MentionStatus.NEGATIVE
+        return status
+
+    def _window_before(self, masked: str, clause_start: int, start: int, mentions) -> str:
+        """The words before a mention that a pre-trigger may stand in: back to the clause start, at most
+        `window` words that are not other mentions, and not past ", and" that opens a new description."""
+        text = masked[clause_start:start]
+        for other_start, other_end, _ in sorted(mentions, key=lambda m: -m[0]):
+            if clause_start <= other_start and other_end <= start:
+                local = other_start - clause_start, other_end - clause_start
+                text = text[: local[0]] + f" {_OTHER_MENTION} " + text[local[1] :]
+        for match in reversed(list(_AND_CLAUSE.finditer(text))):
+            following = [w for w in text[match.end() :].split() if w != _OTHER_MENTION]
+            if len(following) >= 2:
+                text = text[match.end() :]
+                break
+        words, kept = text.split(), 0
+        for index in range(len(words) - 1, -1, -1):
+            if words[index] != _OTHER_MENTION and words[index].strip(",") not in ("or", "and", "nor", ""):
+                kept += 1
+            if kept > self.window:
+                return " ".join(words[index + 1 :])
+        return " ".join(words)
+
+    @staticmethod
+    def _post_status(masked: str, end: int, clause_end: int, mentions) -> MentionStatus:
+        """The status post-triggers give: those right after the mention, or after the rest of a list
+        the mention starts ("effusion or pneumothorax is not seen")."""
+        text = masked[end:clause_end]
+        for other_start, other_end, other in sorted(mentions, key=lambda m: -m[0]):
+            # locations ("in the right thyroid lobe") stay words: "the cyst in the liver is not seen"
+            if end <= other_start and other_end <= clause_end and other.level != "anatomy":
+                text = text[: other_start - end] + f" {_OTHER_MENTION} " + text[other_end - end :]
+        text = _NEW_DESCRIPTION.split(text, maxsplit=1)[0]
+        immediate = text.split(_OTHER_MENTION)[0]
+        words = text.split()
+        while words and (words[0] == _OTHER_MENTION or words[0].strip(",/") in ("", "or", "and", "nor")):
+            words.pop(0)
+        listed = " ".join(words).split(_OTHER_MENTION)[0]
+        if any(
+            pattern.search(immediate[:80]) for pattern in (_UNCERTAIN_POST, _UNCERTAIN_NEXT)
+        ) or _UNCERTAIN_POST.search(listed[:80]):
             return MentionStatus.UNCERTAIN
-        if _NEGATIVE_PRE.search(before) or _NEGATIVE_POST.search(after):
+        if _NEGATIVE_POST.search(immediate[:60]) or _NEGATIVE_POST.search(listed[:60]):
             return MentionStatus.NEGATIVE
         return MentionStatus.POSITIVE
+
+    def _pre_status(self, before: str) -> MentionStatus | None:
+        """The status the trigger nearest the mention gives, or None without one."""
+        uncertain = _triggers(_UNCERTAIN_PRE, before, "uncertain")
+        negative = [
+            t
+            for t in _triggers(_NEGATIVE_PRE, before, "negative")
+            if all(t[1] <= u[0] or t[0] >= u[1] for u in uncertain)
+        ]
+        real = [m.start() for m in re.finditer(r"\S+", before) if m.group().strip(",/") not in _LIST_WORDS]
+        adjacent_from = real[-2] if len(real) >= 2 else 0
+        negative += [t for t in _triggers(_NEGATIVE_ADJACENT, before, "negative") if t[0] >= adjacent_from]
+        triggers = sorted(uncertain + negative, key=lambda t: (t[1], t[1] - t[0]))
+        if not triggers:
+            return None
+        nearest = triggers[-1]
+        denied = any(t[2] == "negative" and t[1] <= nearest[0] for t in triggers)
+        if nearest[2] == "uncertain" and _SUGGESTION.match(nearest[3]) and denied:
+            return MentionStatus.NEGATIVE
+        return MentionStatus.UNCERTAIN if nearest[2] == "uncertain" else MentionStatus.NEGATIVE
 
     def decompose(self, report: str, modality: str, entities: list[Entity] | None = None) -> ReportDecomposition:
         if not report or not report.strip():
@@ -243,8 +409,9 @@ class RuleBasedDecomposer(ReportDecomposer):
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
         for sentence in (s for text in read for s in split_sentences(text)):
-            for start, end, entity in self.find_mentions(sentence, matching):
-                status = self.mention_status(sentence, start, end)
+            mentions = self.find_mentions(sentence, matching)
+            for start, end, entity in mentions:
+                status = self.mention_status(sentence, start, end, mentions, entity)
                 targets = [entity.id]
                 anatomy = self.ontology.anatomy_of(entity) if entity.level == "abnormal" else None
                 if anatomy is not None:
@@ -262,7 +429,7 @@ def sentence_status(sentence: str) -> MentionStatus:
     """The status a sentence gives whatever it mentions (for text already about one entity, such as
     an LLM's extraction that paraphrases the entity's name)."""
     masked = _PSEUDO.sub(lambda m: " " * len(m.group()), sentence)
-    if _UNCERTAIN_PRE.search(masked) or _UNCERTAIN_POST.search(masked):
+    if any(pattern.search(masked) for pattern in (_UNCERTAIN_PRE, _UNCERTAIN_POST, _UNCERTAIN_NEXT)):
         return MentionStatus.UNCERTAIN
     if _NEGATIVE_PRE.search(masked) or _NEGATIVE_POST.search(masked):
         return MentionStatus.NEGATIVE

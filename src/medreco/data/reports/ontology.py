@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from ...errors import MedReCoError, TextFileError, read_text_file
 
 LEVELS = ("anatomy", "abnormal", "disease")
+PAPER_VOCABULARY = "entities.json"  # Appendix S2, names exactly as the paper lists them
+# Common findings the paper's list lacks (the CheXpert observations among them), and the synonyms,
+# abbreviations and word forms routine reports use: loaded unless `paper_only`.
+SHIPPED_EXTENSIONS = ("common_findings.json",)
 MODALITY_FAMILY = {
     "chest_xray": "CXR",
     "chest_ct": "CT",
@@ -77,7 +81,9 @@ def canonical_modality(name: str) -> str:
 class Entity:
     """id: stable key such as "ct/abnormal/pleural-effusion@pleura"; name: the vocabulary's wording;
     term: the short form; anatomy: where an abnormal finding sits; synonyms: report phrasings
-    (plain phrases, or regular expressions prefixed with "re:")."""
+    (plain phrases, or regular expressions prefixed with "re:"); contextual: phrasings that name
+    this entity only in a sentence that also matches `context` (a generic "cyst" or "focal lesion"
+    in a sentence about the kidney or the liver)."""
 
     id: str
     family: str
@@ -86,6 +92,8 @@ class Entity:
     term: str
     anatomy: str | None = None
     synonyms: tuple[str, ...] = field(default_factory=tuple)
+    context: str | None = None
+    contextual: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def prompt(self) -> str:
@@ -96,6 +104,50 @@ class Entity:
         return tuple(dict.fromkeys((self.term, *self.synonyms)))
 
 
+# British spellings the vocabulary's American ones also match ("haemorrhage", "oedema", "tumour").
+SPELLING_VARIANTS = {
+    "hem": "ha?em",
+    "edem": "o?edem",
+    "esophag": "o?esophag",
+    "tumor": "tumou?r",
+    "goiter": "goit(?:er|re)",
+}
+_SPELLING = re.compile("|".join(SPELLING_VARIANTS))
+_CONNECTOR = r"(?:\s*,\s*(?:(?:or|and|nor)\s+)?|\s*/\s*|\s+(?:or|and|nor)\s+)"
+
+
+def _word_pattern(word: str) -> str:
+    return _SPELLING.sub(lambda m: SPELLING_VARIANTS[m.group()], re.escape(word))
+
+
+def phrase_pattern(phrase: str) -> str:
+    """A vocabulary phrase as a regular expression: words separated by spaces or hyphens, the last
+    one also in the plural, British spellings accepted, and a two-word phrase whose modifier heads a
+    coordinated list ("pericardial" in "no pericardial or pleural effusion"); phrases prefixed "re:"
+    are patterns already."""
+    if phrase.startswith("re:"):
+        return phrase[3:]
+    words = [_word_pattern(w) for w in re.split(r"[\s-]+", phrase.lower().strip())]
+    last = words[-1]
+    if re.search(r"[^aeiou]y$", last):
+        words[-1] = last[:-1] + "(?:y|ies)"
+    elif re.search(r"[^aeiou]ies$", last):
+        words[-1] = last[:-3] + "(?:y|ies)"
+    elif re.search(r"(?:x|ch|sh|ss|[^s]is|us)$", last):
+        words[-1] = last + "(?:es)?"
+    elif re.search(r"(?:ses|xes|ches|shes)$", last):
+        words[-1] = last[:-2] + "(?:es)?"
+    elif last.endswith("s"):
+        words[-1] = last[:-1] + "s?"
+    elif last[-1:].isalpha():
+        words[-1] = last + "s?"
+    pattern = r"[\s-]+".join(words)
+    if len(words) == 2 and re.search(r"(?:al|ar|ic|ary|ous)$", words[0]):
+        shared_head = rf"{words[0]}(?={_CONNECTOR}(?:[\w-]+(?:{_CONNECTOR}|\s+)){{0,3}}?{words[1]}(?![\w-]))"
+        pattern = f"{pattern}|{shared_head}"
+    return pattern
+
+
 class Ontology:
     """Look-ups over the entity vocabulary. `Ontology.load()` reads the packaged vocabulary."""
 
@@ -104,11 +156,16 @@ class Ontology:
         self.family_modalities = family_modalities
 
     @classmethod
-    def load(cls, extra: str | Path | None = None) -> Ontology:
-        """The packaged vocabulary, extended by `extra` (a JSON file in the same format) if given."""
-        data = json.loads(resources.files("medreco.data.reports.resources").joinpath("entities.json").read_text())
-        entities, modalities = cls._parse(data)
+    def load(cls, extra: str | Path | None = None, paper_only: bool = False) -> Ontology:
+        """The packaged vocabulary (the paper's entities plus the shipped extension of common findings
+        and report phrasings; `paper_only=True` for the paper's list alone), extended by `extra`
+        (a JSON file in the same format) if given."""
+        packaged = resources.files("medreco.data.reports.resources")
+        entities, modalities = cls._parse(json.loads(packaged.joinpath(PAPER_VOCABULARY).read_text()))
         ontology = cls(entities, modalities)
+        if not paper_only:
+            for name in SHIPPED_EXTENSIONS:
+                ontology.extend(json.loads(packaged.joinpath(name).read_text()))
         if extra is not None:
             try:
                 ontology.extend(json.loads(read_text_file(extra, "vocabulary (JSON)")))
@@ -133,6 +190,8 @@ class Ontology:
                         term=item.get("term", item["name"].lower()),
                         anatomy=item.get("anatomy"),
                         synonyms=tuple(item.get("synonyms", ())),
+                        context=item.get("context"),
+                        contextual=tuple(item.get("contextual", ())),
                     )
                 )
         return entities, modalities
@@ -146,8 +205,12 @@ class Ontology:
         for entity in entities:
             known = self._entities.get(entity.id)
             if known is not None:
-                merged = tuple(dict.fromkeys(known.synonyms + entity.synonyms))
-                entity = Entity(known.id, known.family, known.level, known.name, known.term, known.anatomy, merged)
+                entity = replace(
+                    known,
+                    synonyms=tuple(dict.fromkeys(known.synonyms + entity.synonyms)),
+                    context=entity.context or known.context,
+                    contextual=tuple(dict.fromkeys(known.contextual + entity.contextual)),
+                )
             self._entities[entity.id] = entity
 
     def __len__(self) -> int:
@@ -189,9 +252,16 @@ class Ontology:
             for entity in candidates:
                 if getattr(entity, attribute).lower() == value:
                     return entity
-        for entity in candidates:
-            if wanted in (s.lower() for s in entity.synonyms):
-                return entity
+        # a synonym, then word forms, spellings and patterns as report sentences are matched; where
+        # several entities share a phrasing, the one a report sentence would give (abnormal first)
+        by_level = sorted(candidates, key=lambda e: ("abnormal", "disease", "anatomy").index(e.level))
+        for matches in (
+            lambda e: wanted in (s.lower() for s in e.synonyms),
+            lambda e: any(re.fullmatch(phrase_pattern(p), wanted, re.I) for p in e.phrasings()),
+        ):
+            for entity in by_level:
+                if matches(entity):
+                    return entity
         raise KeyError(f"no entity matches {text!r}" + (f" for {modality}" if modality else ""))
 
     def anatomy_of(self, entity: Entity) -> Entity | None:
@@ -218,5 +288,6 @@ __all__ = [
     "Ontology",
     "UnknownModalityError",
     "canonical_modality",
+    "phrase_pattern",
     "entity_prompts",
 ]
