@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...processing.writers import canonical_affine, write_ct_series, write_nifti
-from .families import Family, ReportStyle, anchored_rng, article, pick, register, relative
+from .families import Family, ReportHeader, ReportStyle, anchored_rng, article, pick, register, relative
 from .findings import COLLECTION_GRADES, GRADES, Finding, FindingType
 from .render import Grid, paint
 
@@ -246,15 +246,6 @@ def describe(f: Finding, rng: np.random.Generator) -> str:
     raise ValueError(f.key)
 
 
-def header(has_prior: bool, interval_days: int | None) -> str:
-    comparison = f"CT abdomen and pelvis from {interval_days} days earlier." if has_prior else "None."
-    return (
-        "EXAMINATION:  CT ABDOMEN AND PELVIS WITHOUT CONTRAST\n\nINDICATION:  ___ with abdominal pain.\n\n"
-        "TECHNIQUE:  Axial images from the diaphragm to the pubic symphysis without intravenous contrast.\n\n"
-        f"COMPARISON:  {comparison}\n\n"
-    )
-
-
 STYLE = ReportStyle(
     describe=describe,
     negations={
@@ -293,7 +284,12 @@ STYLE = ReportStyle(
         "Vessels|The abdominal aorta is normal in calibre",
         "Bones|Degenerative changes of the lumbar spine",
     ],
-    header=header,
+    header=ReportHeader(
+        "CT ABDOMEN AND PELVIS WITHOUT CONTRAST",
+        "___ with abdominal pain.",
+        "Axial images from the diaphragm to the pubic symphysis without intravenous contrast.",
+        "CT abdomen and pelvis",
+    ),
     normal_impression="No acute abnormality in the abdomen or pelvis.",
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...processing.writers import canonical_affine, write_mr_series, write_nifti
-from .families import Family, ReportStyle, anchored_rng, article, pick, register, relative
+from .families import Family, ReportHeader, ReportStyle, anchored_rng, article, pick, register, relative
 from .findings import GRADES, Finding, FindingType
 from .render import Grid
 
@@ -233,15 +233,6 @@ def describe(f: Finding, rng: np.random.Generator) -> str:
     raise ValueError(f.key)
 
 
-def header(has_prior: bool, interval_days: int | None) -> str:
-    comparison = f"MRI brain from {interval_days} days earlier." if has_prior else "None."
-    return (
-        "EXAMINATION:  MRI BRAIN WITHOUT CONTRAST\n\nINDICATION:  ___ with headache and confusion.\n\n"
-        "TECHNIQUE:  Axial T1-weighted, T2-weighted and FLAIR images of the brain.\n\n"
-        f"COMPARISON:  {comparison}\n\n"
-    )
-
-
 STYLE = ReportStyle(
     describe=describe,
     negations={
@@ -275,7 +266,12 @@ STYLE = ReportStyle(
         "The craniocervical junction is normal",
         "No extra-axial collection",
     ],
-    header=header,
+    header=ReportHeader(
+        "MRI BRAIN WITHOUT CONTRAST",
+        "___ with headache and confusion.",
+        "Axial T1-weighted, T2-weighted and FLAIR images of the brain.",
+        "MRI brain",
+    ),
     normal_impression="Normal MRI of the brain.",
 )
 

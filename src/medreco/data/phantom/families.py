@@ -19,6 +19,23 @@ from .findings import Finding, FindingType, register_finding_types
 from .reports import NEGATIVE, NOT_MENTIONED, POSITIVE, UNCERTAIN
 
 
+@dataclass(frozen=True)
+class ReportHeader:
+    """The sections a report of a family opens with; `prior` names the comparison study."""
+
+    examination: str
+    indication: str
+    technique: str
+    prior: str
+
+    def text(self, has_prior: bool, interval_days: int | None) -> str:
+        comparison = f"{self.prior} from {interval_days} days earlier." if has_prior else "None."
+        return (
+            f"EXAMINATION:  {self.examination}\n\nINDICATION:  {self.indication}\n\n"
+            f"TECHNIQUE:  {self.technique}\n\nCOMPARISON:  {comparison}\n\n"
+        )
+
+
 @dataclass
 class ReportStyle:
     """How one family's reports read.
@@ -27,7 +44,7 @@ class ReportStyle:
     negations: per key, sentences stating it is absent; new_negations: "No new ..." forms.
     nouns: per key, the phrase used in "The previously seen X has resolved" and uncertain forms
       (a phrasing the vocabulary knows). fillers: sentences about normal structures, which must
-      not name any finding of the family. header(prior, interval_days): the text before FINDINGS.
+      not name any finding of the family. header: the text before FINDINGS (`ReportHeader`).
     sections: optional organ headings: key -> heading ("Liver"), fillers keyed "heading: text";
       sentences are then grouped under their heading, in this order."""
 
@@ -35,7 +52,7 @@ class ReportStyle:
     negations: dict[str, list[str]]
     nouns: dict[str, str]
     fillers: list[str]
-    header: Callable[[bool, int | None], str]
+    header: ReportHeader
     new_negations: dict[str, str] = field(default_factory=dict)
     sections: dict[str, str] = field(default_factory=dict)
     normal_impression: str = "No acute abnormality."
@@ -211,7 +228,7 @@ def write_family_report(
     if not impression:
         impression = [style.normal_impression]
     numbered = "\n".join(f"{n}. {s}" for n, s in enumerate(impression, start=1))
-    text = f"{style.header(prior is not None, interval_days)}FINDINGS:\n\n{body}\n\nIMPRESSION:\n\n{numbered}\n"
+    text = f"{style.header.text(prior is not None, interval_days)}FINDINGS:\n\n{body}\n\nIMPRESSION:\n\n{numbered}\n"
     return text, mentions
 
 

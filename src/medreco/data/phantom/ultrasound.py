@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ...processing.writers import write_ultrasound
-from .families import Family, ReportStyle, anchored_rng, article, pick, register, relative
+from .families import Family, ReportHeader, ReportStyle, anchored_rng, article, pick, register, relative
 from .findings import GRADES, Finding, FindingType
 
 TYPES = [
@@ -317,15 +317,6 @@ def describe(f: Finding, rng: np.random.Generator) -> str:
     raise ValueError(f.key)
 
 
-def header(has_prior: bool, interval_days: int | None) -> str:
-    comparison = f"Ultrasound from {interval_days} days earlier." if has_prior else "None."
-    return (
-        "EXAMINATION:  ULTRASOUND\n\nINDICATION:  ___ follow-up.\n\n"
-        "TECHNIQUE:  Grey-scale images were obtained.\n\n"
-        f"COMPARISON:  {comparison}\n\n"
-    )
-
-
 STYLE = ReportStyle(
     describe=describe,
     negations={
@@ -347,7 +338,7 @@ STYLE = ReportStyle(
         "No free fluid",
         "Normal vascularity on colour Doppler",
     ],
-    header=header,
+    header=ReportHeader("ULTRASOUND", "___ follow-up.", "Grey-scale images were obtained.", "Ultrasound"),
     normal_impression="Normal ultrasound examination.",
 )
 
