@@ -31,6 +31,10 @@ def test_wilson_interval_matches_the_textbook_value():
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
     assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == pytest.approx(1.0)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    for trials in range(1, 200):  # every interval holds its estimate, also at 0 and 1 exactly
+        for successes in {0, trials // 3, trials}:
+            low, high = wilson_interval(successes, trials)
+            assert low <= successes / trials <= high
 
 
 def test_mcnemar_exact_binomial():

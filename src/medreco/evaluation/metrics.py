@@ -39,7 +39,8 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # the interval contains the estimate exactly (rounding put the bound of 30/30 at 0.9999999999999999)
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def mcnemar_test(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> dict:
