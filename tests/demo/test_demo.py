@@ -3,8 +3,9 @@
 The quick run checks the pipeline, not the science: in three minutes the tiny models stay near
 chance (entity and holistic Recall@1 within noise of each other, measured with 40, 80 and 120
 patients, with bf16 and float32, larger batches and a reduced catalogue of conspicuous findings).
-The retrieval claim is checked in CI on the default run's cohort and stage-1 model instead
-(`test_entity_beats_holistic_on_the_default_cohort`, ~7 minutes); the whole default run's claims
+The retrieval claim is checked on the default run's cohort and stage-1 model instead
+(`test_entity_beats_holistic_on_the_default_cohort`, ~11 minutes since the cohort holds five
+families: opt-in with MEDRECO_SLOW_TESTS=1, out of CI for time); the whole default run's claims
 by the opt-in test at the end."""
 
 from __future__ import annotations
@@ -257,6 +258,10 @@ def test_markdown_and_html_reports_render_tables():
     assert "| cxr/abnormal/pleural-effusion | 50.0 | 2 |" in markdown
 
 
+@pytest.mark.skipif(
+    not os.environ.get("MEDRECO_SLOW_TESTS"),
+    reason="about 11 minutes on 2 cores (the default cohort and stage 1): set MEDRECO_SLOW_TESTS=1",
+)
 def test_entity_beats_holistic_on_the_default_cohort(tmp_path):
     """Issue 6's retrieval claim, in CI: the default demo's cohort (400 patients, several findings per
     study), mining and stage-1 training, exactly as `medreco demo` runs them; on the test split,
