@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from .findings import Finding, FindingType, register_finding_types
-from .reports import NEGATIVE, NOT_MENTIONED, POSITIVE, UNCERTAIN
+from .reports import NEGATIVE, NOT_MENTIONED, POSITIVE, STABLE_PHRASES, UNCERTAIN, pick
+from .reports import number_article as article
 
 
 @dataclass(frozen=True)
@@ -93,16 +94,6 @@ def register(family: Family) -> Family:
 # ------------------------------------------------------------------------------------ helpers
 
 
-def pick(rng: np.random.Generator, options: list[str]) -> str:
-    return options[int(rng.integers(len(options)))]
-
-
-def article(number: float) -> str:
-    """'an 8 mm', 'an 18 mm', 'an 11 mm', 'a 12 mm'."""
-    spoken = f"{number:.0f}"
-    return "an" if spoken.startswith("8") or spoken in ("11", "18") else "a"
-
-
 def anchored_rng(finding: Finding, salt: int = 0) -> np.random.Generator:
     """A generator fixed by the finding's anchor: the same spots in every study of the patient."""
     return np.random.default_rng([int(abs(a) * 1e6) for a in finding.anchor] + [salt])
@@ -154,7 +145,7 @@ def compare(style: ReportStyle, current: Finding, prior: Finding, change: dict, 
         ), POSITIVE
     return text + pick(
         rng,
-        [", unchanged from the prior study", ", stable compared with the prior exam", ", not significantly changed"],
+        STABLE_PHRASES,
     ), POSITIVE
 
 

@@ -13,11 +13,19 @@ from .findings import FINDING_TYPES, Finding
 POSITIVE, NEGATIVE, UNCERTAIN, NOT_MENTIONED = "positive", "negative", "uncertain", "not mentioned"
 
 
-def _pick(rng: np.random.Generator, options: list[str]) -> str:
+# How a report says a finding has not changed since the prior study (every family's reports).
+STABLE_PHRASES = [
+    ", unchanged from the prior study",
+    ", stable compared with the prior exam",
+    ", not significantly changed",
+]
+
+
+def pick(rng: np.random.Generator, options: list[str]) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def _a(number: float) -> str:
+def number_article(number: float) -> str:
     """The article before a spoken number: 'an 8 mm', 'an 18 mm', 'a 12 mm'."""
     spoken = f"{number:.0f}"
     return "an" if spoken.startswith("8") or spoken in ("11", "18") else "a"
@@ -79,7 +87,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         density = f"{f.density} " if ct else ""
         look = f"{_shape(f)}{_texture(f)}{density}"
         if f.number and f.number > 1:
-            return _pick(
+            return pick(
                 rng,
                 [
                     f"There are {f.number} {look}nodules{_with(f)} in {_where(f)}, the largest measuring "
@@ -88,10 +96,11 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
                     f"up to {f.size_mm:.0f} mm, {f.margins}{_cause(f)}",
                 ],
             )
-        return _pick(
+        return pick(
             rng,
             [
-                f"There is {_a(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {look}nodule{_with(f)} in {_where(f)}"
+                f"There is {number_article(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {look}nodule{_with(f)} "
+                f"in {_where(f)}"
                 f"{_cause(f)}",
                 f"{_article(look or 'nodule').capitalize()} {look}nodule with {f.margins} margins"
                 f"{_with(f).replace(' with', ' and', 1)} measuring {f.size_mm:.0f} mm is seen in "
@@ -102,7 +111,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         )
     if f.key == "consolidation":
         spread = f"{f.distribution} " if f.distribution else ""
-        return _pick(
+        return pick(
             rng,
             [
                 f"There is {f.grade} {spread}{_texture(f)}consolidation{_with(f)} in {_where(f)}{_cause(f)}",
@@ -114,7 +123,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         )
     if f.key == "atelectasis":
         volume = " with volume loss" if f.associated == "volume loss" else ""
-        return _pick(
+        return pick(
             rng,
             [
                 f"{f.grade.capitalize()} {_shape(f)}atelectasis in {_where(f)}{volume}",
@@ -123,14 +132,14 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         )
     if f.key == "pleural_effusion":
         if f.side == "bilateral":
-            return _pick(
+            return pick(
                 rng,
                 [
                     f"{f.grade.capitalize()} bilateral pleural effusions",
                     f"There are {f.grade} bilateral pleural effusions",
                 ],
             )
-        return _pick(
+        return pick(
             rng,
             [
                 f"There is a {f.grade} {f.side} pleural effusion",
@@ -139,7 +148,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
             ],
         )
     if f.key == "cardiomegaly":
-        return _pick(
+        return pick(
             rng,
             [
                 f"{f.grade.capitalize()} cardiomegaly",
@@ -148,7 +157,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
             ],
         )
     if f.key == "emphysema":
-        return _pick(
+        return pick(
             rng,
             [
                 f"{f.grade.capitalize()} centrilobular emphysema in both upper lobes",
@@ -161,7 +170,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
         )
         look = f", {_shape(f)}{_texture(f)}".rstrip() + _with(f) if f.morphology else ""
         cause = {"inflammatory": ", likely reactive", "neoplastic": ", suspicious for malignancy"}.get(f.aetiology, "")
-        return _pick(
+        return pick(
             rng,
             [
                 f"There is {nodes}{look}, measuring up to {f.size_mm:.0f} mm, consistent with mediastinal "
@@ -170,7 +179,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
             ],
         )
     if f.key == "fatty_liver":
-        return _pick(
+        return pick(
             rng,
             [
                 f"{f.grade.capitalize()} hepatic steatosis",
@@ -178,9 +187,7 @@ def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
             ],
         )
     if f.key == "pericardial_effusion":
-        return _pick(
-            rng, [f"There is a {f.grade} pericardial effusion", f"{f.grade.capitalize()} pericardial effusion"]
-        )
+        return pick(rng, [f"There is a {f.grade} pericardial effusion", f"{f.grade.capitalize()} pericardial effusion"])
     raise ValueError(f.key)
 
 
@@ -237,7 +244,7 @@ def compare(current: Finding, prior: Finding, change: dict, modality: str, rng: 
     label = change["label"]
     if label == "resolved":
         where = f" in {_where(prior)}" if prior.lobe else ""
-        return _pick(
+        return pick(
             rng,
             [
                 f"The previously seen {noun}{where} has resolved",
@@ -247,18 +254,18 @@ def compare(current: Finding, prior: Finding, change: dict, modality: str, rng: 
         ), NEGATIVE
     text = describe(current, modality, rng)
     if label == "new":
-        return text + _pick(
+        return text + pick(
             rng, [", new since the prior study", ", which is new compared with the prior exam", " (new)"]
         ), POSITIVE
     if label in ("increased", "decreased"):
         verb = "increased" if label == "increased" else "decreased"
-        return text + _pick(
+        return text + pick(
             rng, [f", {verb}{_sizes(prior, current)} on the prior study", f", {verb} compared with the prior exam"]
         ), POSITIVE
     if label == "qualitatively changed":
         attribute = change["attribute"]
         if attribute == "location":
-            return text + _pick(
+            return text + pick(
                 rng,
                 [f", previously in {_where(prior)}", f", which has moved from {_where(prior)} since the prior study"],
             ), POSITIVE
@@ -270,9 +277,9 @@ def compare(current: Finding, prior: Finding, change: dict, modality: str, rng: 
         name = "density" if attribute == "composition" else attribute  # a nodule's composition is its density
         before = getattr(prior, name)
         return text + f", now {getattr(current, name)} where the prior study showed {before} {attribute}", POSITIVE
-    return text + _pick(
+    return text + pick(
         rng,
-        [", unchanged from the prior study", ", stable compared with the prior exam", ", not significantly changed"],
+        STABLE_PHRASES,
     ), POSITIVE
 
 
@@ -297,7 +304,7 @@ def write_report(
         elif finding.present:
             if finding.lobe and rng.random() < 0.12:
                 noun = FINDING_TYPES[key].noun
-                form = _pick(rng, UNCERTAIN_FORMS)
+                form = pick(rng, UNCERTAIN_FORMS)
                 text, status = form.format(noun=noun, noun_cap=noun.capitalize(), where=_where(finding)), UNCERTAIN
             else:
                 text, status = describe(finding, modality, rng), POSITIVE
@@ -305,7 +312,7 @@ def write_report(
             if earlier is not None and key in NEW_NEGATIONS and rng.random() < 0.5:
                 text = NEW_NEGATIONS[key]
             else:
-                text = _pick(rng, NEGATIONS[key])
+                text = pick(rng, NEGATIONS[key])
             status = NEGATIVE
         else:
             mentions[key] = {"status": NOT_MENTIONED, "sentences": []}
@@ -343,4 +350,15 @@ def write_report(
     return text, mentions
 
 
-__all__ = ["NEGATIVE", "NOT_MENTIONED", "POSITIVE", "UNCERTAIN", "compare", "describe", "write_report"]
+__all__ = [
+    "NEGATIVE",
+    "NOT_MENTIONED",
+    "POSITIVE",
+    "STABLE_PHRASES",
+    "UNCERTAIN",
+    "compare",
+    "describe",
+    "number_article",
+    "pick",
+    "write_report",
+]
