@@ -277,6 +277,11 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         "auto/N takes I from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX",
     )
     parser.add_argument("--quiet", action="store_true")
+    _llm_arguments(parser)
+
+
+def _llm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The decomposer options `mine` and `score-reports` share."""
     llm = parser.add_argument_group("LLM decomposition (the paper's prompts S1-S3)")
     llm.add_argument(
         "--decomposer",
@@ -299,6 +304,33 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow plain http:// to a host other than loopback (reports and key unencrypted)",
     )
+
+
+def _llm_decomposer_choice(args: argparse.Namespace):
+    """(decomposer name, LLMSettings or None) from the shared options; a server URL that is refused
+    or an unset key variable fails here, before any input is read."""
+    from .data.mining import LLMSettings
+
+    llm_given = args.llm_url or args.llm_local
+    decomposer = args.decomposer or ("llm" if llm_given else "rule")
+    if decomposer == "rule" and (llm_given or args.llm_model):
+        raise ValueError("--llm-url/--llm-model/--llm-local are for --decomposer llm")
+    if decomposer == "rule":
+        return decomposer, None
+    llm = LLMSettings(
+        url=args.llm_url,
+        model=args.llm_model,
+        local=args.llm_local,
+        api_key_env=args.llm_api_key_env,
+        requests_per_second=args.llm_rps,
+        timeout=args.llm_timeout,
+        max_retries=args.llm_retries,
+        max_tokens=args.llm_max_tokens,
+        allow_insecure_http=args.llm_allow_insecure_http,
+    )
+    if args.llm_url:
+        llm.backend()
+    return decomposer, llm
 
 
 def _merge_aware(parser_class: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
@@ -341,7 +373,7 @@ _MINE_SETTINGS = (
 def _mine(args: argparse.Namespace) -> int:
     """Supervision datasets (triplets, retrieval, longitudinal labels, VQA) from a study manifest;
     with --shard, one shard's decompositions; `mine merge`, the mined folder from all shards."""
-    from .data.mining import LLMSettings, MiningConfig, Shard, merge_shards, mine, mine_shard
+    from .data.mining import MiningConfig, Shard, merge_shards, mine, mine_shard
 
     if args.manifest == "merge":
         defaults = argparse.ArgumentParser()
@@ -357,25 +389,7 @@ def _mine(args: argparse.Namespace) -> int:
         return 0
     if args.shards:
         raise ValueError(f"unexpected arguments {' '.join(args.shards)} (shard folders go to `medreco mine merge`)")
-    llm_given = args.llm_url or args.llm_local
-    decomposer = args.decomposer or ("llm" if llm_given else "rule")
-    if decomposer == "rule" and (llm_given or args.llm_model):
-        raise ValueError("--llm-url/--llm-model/--llm-local are for --decomposer llm")
-    llm = None
-    if decomposer == "llm":
-        llm = LLMSettings(
-            url=args.llm_url,
-            model=args.llm_model,
-            local=args.llm_local,
-            api_key_env=args.llm_api_key_env,
-            requests_per_second=args.llm_rps,
-            timeout=args.llm_timeout,
-            max_retries=args.llm_retries,
-            max_tokens=args.llm_max_tokens,
-            allow_insecure_http=args.llm_allow_insecure_http,
-        )
-        if args.llm_url:
-            llm.backend()  # a refused URL or an unset key variable fails here, before the manifest is read
+    decomposer, llm = _llm_decomposer_choice(args)
     config = MiningConfig(
         workers=args.workers,
         metrics=_names(args.metrics),
@@ -393,6 +407,54 @@ def _mine(args: argparse.Namespace) -> int:
     else:
         summary = mine(args.manifest, args.out, config, progress=not args.quiet)
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _score_reports_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "labels",
+        help='JSON lines of labelled report text: {"modality", "text", "labels": {finding name: '
+        'positive|negative|uncertain}} (optional "id", "kind")',
+    )
+    parser.add_argument("--extra", help="a JSON file extending the vocabulary")
+    parser.add_argument("--errors", type=int, default=20, help="list at most this many errors (default 20)")
+    parser.add_argument("--cache", help="folder caching an LLM decomposer's answers (default: none)")
+    parser.add_argument("--json", action="store_true", help="the whole result, every error included")
+    _llm_arguments(parser)
+
+
+def _score_reports(args: argparse.Namespace) -> int:
+    """How well a decomposer reads your own hand-labelled reports: mention-status accuracy overall,
+    per modality and per kind, vocabulary coverage, and the errors."""
+    from .data.mining.benchmark import score_labelled_reports
+    from .data.reports.decomposition import RuleBasedDecomposer
+    from .data.reports.llm import LLMDecomposer
+    from .data.reports.ontology import Ontology
+
+    if args.errors < 0:
+        raise ValueError(f"--errors must be 0 or more, not {args.errors}")
+    decomposer_name, llm = _llm_decomposer_choice(args)
+    ontology = Ontology.load(args.extra)
+    if llm is None:
+        decomposer = RuleBasedDecomposer(ontology)
+    else:
+        decomposer = LLMDecomposer(llm.backend(), ontology=ontology, cache_dir=args.cache, max_tokens=llm.max_tokens)
+    result = score_labelled_reports(decomposer, args.labels)
+    if args.json:
+        print(json.dumps({"decomposer": decomposer_name, **result}, indent=2))
+        return 0
+    print(
+        f"{decomposer_name} decomposer, {result['labels']} labels: status accuracy "
+        f"{result['status_accuracy_resolved']:.1%} on the labels the vocabulary resolves "
+        f"({result['vocabulary_coverage']:.1%} of them), {result['status_accuracy']:.1%} on all"
+    )
+    for table in ("by_modality", "by_kind"):
+        if len(result[table]) > 1:
+            print(f"{table.replace('_', ' ')}: " + ", ".join(f"{k} {v:.1%}" for k, v in result[table].items()))
+    for error in result["errors"][: args.errors]:
+        print(f"  {error['id']}: {error['label']}: expected {error['expected']}, read {error['got']}: {error['text']}")
+    if len(result["errors"]) > args.errors:
+        print(f"  ... {len(result['errors']) - args.errors} more errors (--errors N, or --json for all)")
     return 0
 
 
@@ -809,6 +871,12 @@ COMMANDS: list[Command] = [
     ("phantom", "write the synthetic cohort: DICOM/NIfTI/PNG studies and reports", _phantom_arguments, _phantom),
     ("entities", "list the clinical entity vocabulary", _entities_arguments, _entities),
     ("mine", "mine supervision datasets from a manifest of studies and reports", _mine_arguments, _mine),
+    (
+        "score-reports",
+        "how well report decomposition reads your own labelled reports (status accuracy, errors)",
+        _score_reports_arguments,
+        _score_reports,
+    ),
     ("train", "train stage 1, the reranker or stage 2 from a YAML recipe", _train_arguments, _train),
     ("plan", "GPU memory per rank of each stage and distributed strategy, and which fits", _plan_arguments, _plan),
     (

@@ -496,3 +496,28 @@ def test_llm_mining_through_a_local_transformers_model(tmp_path, capsys):
     assert summary["studies"] == 2 and summary["decomposed_now"] == 2
     assert summary["decomposer"]["backend"] == "transformers"
     assert main(args) == 0 and json.loads((tmp_path / "out" / "summary.json").read_text())["decomposed_now"] == 0
+
+
+def test_score_reports_reads_labelled_reports_through_the_llm(server, tmp_path, capsys):
+    """`medreco score-reports --llm-url`: the same scoring as the rule-based reader, through a server."""
+    from medreco.cli import main
+
+    labels = tmp_path / "labels.jsonl"
+    rows = [
+        {
+            "modality": "chest_xray",
+            "text": REPORT,
+            "labels": {"pleural effusion": "positive", "pneumothorax": "negative"},
+        },
+        {"modality": "chest_xray", "text": "Mild cardiomegaly.", "labels": {"pneumothorax": "negative"}},
+    ]
+    labels.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = ["score-reports", str(labels), "--llm-url", server, "--llm-model", "fake-llm", "--json"]
+    assert main([*argv, "--cache", str(tmp_path / "cache")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["decomposer"] == "llm" and result["labels"] == 3 and FakeLLM.answered
+    # the fake reads "effusion" as a positive mention and the pneumothorax sentence through the rules' status
+    assert result["confusion"]["positive -> positive"] == 1
+    asked = len(FakeLLM.seen)
+    assert main([*argv, "--cache", str(tmp_path / "cache")]) == 0  # cached: nothing asked again
+    assert json.loads(capsys.readouterr().out) == result and len(FakeLLM.seen) == asked

@@ -1,9 +1,10 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds three sets of hand-written report excerpts with mention-status
-labels (written here for this purpose, not copied from any dataset): `dev.jsonl` and `dev2.jsonl`
-are development sets (the rules and the vocabulary were tuned on them; dev2 was the first held-out
-set, scored once before it was folded into development), `test.jsonl` is held out (never tuned on).
+tests/data/report_language/ holds five sets of hand-written report excerpts with mention-status
+labels (written here for this purpose, not copied from any dataset, each by a different writer):
+`dev.jsonl`, `dev2.jsonl`, `dev3.jsonl` and `dev4.jsonl` are development sets (the rules and the
+vocabulary were tuned on them; dev2 and dev3 were held-out sets, each scored once before it was
+folded into development), `test.jsonl` is held out (never tuned on, its errors never read).
 See docs/mining.md, "How well it reads real reports"."""
 
 import json
@@ -16,6 +17,8 @@ from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecompose
 from medreco.errors import TextFileError
 
 SETS = Path(__file__).parent / "report_language"
+DEVELOPMENT = {"dev.jsonl": 240, "dev2.jsonl": 300, "dev3.jsonl": 300, "dev4.jsonl": 450}
+FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
 @pytest.fixture(scope="module")
@@ -24,29 +27,33 @@ def decomposer():
 
 
 def test_the_sets_are_large_and_cover_every_family():
-    for name, minimum in (("dev.jsonl", 240), ("dev2.jsonl", 300), ("test.jsonl", 300)):
+    for name, minimum in {**DEVELOPMENT, "test.jsonl": 380}.items():
         rows = read_labelled_reports(SETS / name)
         assert len(rows) >= minimum
-        assert {r["modality"] for r in rows} == {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
-    development = {r["text"] for name in ("dev.jsonl", "dev2.jsonl") for r in read_labelled_reports(SETS / name)}
-    assert not development & {r["text"] for r in read_labelled_reports(SETS / "test.jsonl")}  # held out
+        assert {r["modality"] for r in rows} == FAMILIES
+    development = {r["text"].lower() for name in DEVELOPMENT for r in read_labelled_reports(SETS / name)}
+    assert not development & {r["text"].lower() for r in read_labelled_reports(SETS / "test.jsonl")}  # held out
 
 
-@pytest.mark.parametrize("name", ["dev.jsonl", "dev2.jsonl"])
-def test_development_sets_read_right(decomposer, name):
+@pytest.mark.parametrize(
+    ("name", "accuracy", "coverage"),
+    [("dev.jsonl", 0.98, 0.98), ("dev2.jsonl", 0.98, 0.99), ("dev3.jsonl", 0.96, 0.99), ("dev4.jsonl", 0.935, 0.95)],
+)
+def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     result = score_labelled_reports(decomposer, SETS / name)
-    assert result["status_accuracy_resolved"] >= 0.97, result["errors"]
-    assert result["vocabulary_coverage"] >= 0.97
+    assert result["status_accuracy_resolved"] >= accuracy, result["errors"]
+    assert result["vocabulary_coverage"] >= coverage
 
 
 def test_held_out_set_is_scored_and_does_not_regress(decomposer):
-    """The target is 95%; the held-out set is read at 87.8% (first evaluation, labels the vocabulary
-    resolves) and this guards against regression: README and docs/mining.md give the numbers."""
+    """The target is 95%; the held-out set is read at 90.8% (its first and only evaluation, labels the
+    vocabulary resolves; 87.1% of all labels) and this guards against regression: README and
+    docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / "test.jsonl")
-    assert result["labels"] >= 600
-    assert result["status_accuracy_resolved"] >= 0.87
-    assert result["vocabulary_coverage"] >= 0.93
-    assert set(result["by_modality"]) == {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
+    assert result["labels"] >= 950
+    assert result["status_accuracy_resolved"] >= 0.90
+    assert result["vocabulary_coverage"] >= 0.95
+    assert set(result["by_modality"]) == FAMILIES
 
 
 @pytest.mark.parametrize(
@@ -93,6 +100,41 @@ def test_held_out_set_is_scored_and_does_not_regress(decomposer):
             "brain_mri",
             {"subdural hematoma": "positive", "midline shift": "negative"},
         ),
+        # the subject of a differential was seen; its alternatives are uncertain (decimals included)
+        (
+            "Differential for the 2.5 cm cavitary right upper lobe nodule includes tuberculosis and lung cancer.",
+            "chest_ct",
+            {"lung nodule": "positive", "tuberculosis": "uncertain", "lung cancer": "uncertain"},
+        ),
+        # a structured line's heading: the organ it names is the context, and abnormal when the line says so
+        ("Liver: Mildly steatotic. No focal lesion.", "abdominal_ct", {"liver lesion": "negative"}),
+        ("Lungs: Clear, no nodules.", "chest_ct", {"lungs": "negative"}),
+        ("Aorta: Ascending aorta measures 4.6 cm, aneurysmal.", "chest_ct", {"aorta": "positive"}),
+        # "otherwise clear": the structure is normal but for the finding named
+        (
+            "Minor scarring at the left apex. The lungs are otherwise clear.",
+            "chest_xray",
+            {"lungs": "negative", "atelectasis": "not mentioned"},
+        ),
+        # a negation anywhere before "to suggest" in the clause denies what is suggested
+        ("No loss of compressibility or intraluminal echoes to suggest DVT.", "ultrasound", {"dvt": "negative"}),
+        # a finding described, then named with a hedge: uncertain
+        (
+            "Filling defects in the segmental arteries are suspicious for acute PE.",
+            "chest_ct",
+            {"pulmonary embolism": "uncertain"},
+        ),
+        # lexicon phrases (NegEx, ConText, CheXpert): hedged "consistent with", resolution, exclusion
+        ("Findings may be compatible with pneumonia.", "chest_xray", {"pneumonia": "uncertain"}),
+        ("The appearance is not consistent with pneumonia.", "chest_xray", {"pneumonia": "negative"}),
+        ("Pulmonary edema has cleared since the prior examination.", "chest_xray", {"pulmonary edema": "negative"}),
+        ("Partial resolution of the consolidation.", "chest_xray", {"consolidation": "positive"}),
+        ("Pneumothorax excluded.", "chest_xray", {"pneumothorax": "negative"}),
+        ("Rule out pneumonia.", "chest_xray", {"pneumonia": "uncertain"}),
+        ("Patchy consolidation, favoured to represent pneumonia.", "chest_ct", {"pneumonia": "uncertain"}),
+        ("Negative sonographic Murphy sign.", "ultrasound", {"sonographic murphy sign": "negative"}),
+        ("CT without contrast demonstrates a small pneumothorax.", "chest_ct", {"pneumothorax": "positive"}),
+        ("Considerations include clear cell renal cell carcinoma.", "abdominal_ct", {"renal mass": "uncertain"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):
@@ -106,3 +148,15 @@ def test_a_bad_labelled_file_names_the_line(tmp_path):
     path.write_text(json.dumps({"modality": "chest_xray", "text": "No effusion.", "labels": {"effusion": "absent"}}))
     with pytest.raises(TextFileError, match="line 1: statuses must be one of"):
         read_labelled_reports(path)
+
+
+def test_score_reports_command_gives_the_python_result(decomposer, capsys):
+    from medreco.cli import main
+
+    assert main(["score-reports", str(SETS / "dev.jsonl"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == {"decomposer": "rule", **score_labelled_reports(decomposer, SETS / "dev.jsonl")}
+    assert main(["score-reports", str(SETS / "dev.jsonl"), "--errors", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("rule decomposer, 495 labels: status accuracy")
+    assert sum(line.startswith("  dev-") for line in printed) == 2 and "more errors" in printed[-1]

@@ -8,6 +8,7 @@ from medreco.data.mining.vqa import (
     MajorityAnswerer,
     TextOnlyAnswerer,
     VQASample,
+    _noun,
     deduplicate,
     depends_on_both_images,
     filter_vqa,
@@ -338,3 +339,21 @@ def test_open_questions_are_unique_per_pair_and_dimension(mined):
     assert all(len(found) == 1 for found in answers.values())
     assert open_question("size", "nodule") == "Compare the size of the nodule in Case B with Case A."
     assert open_question("presence", "pleural effusion") != open_question("size", "pleural effusion")
+
+
+def test_presence_of_a_structure_asks_about_an_abnormality():
+    """Every case shows the kidney: a structure's presence question asks which case shows it abnormal."""
+    import numpy as np
+
+    from medreco.data.mining.vqa import closed_questions
+    from medreco.data.reports.ontology import Ontology
+
+    ontology = Ontology.load()
+    kidney, cyst = ontology.find("kidneys", "abdominal_ct"), ontology.find("renal cyst", "abdominal_ct")
+    a, b = EntityStatement(kidney.id, P, ["Left renal cyst."]), EntityStatement(kidney.id, N, ["Kidneys are normal."])
+    (presence, question, options, letter, text), *_ = closed_questions(a, b, kidney, np.random.default_rng(0))
+    assert presence == "presence" and question == f"Which case shows an abnormality of the {_noun(kidney)}?"
+    assert options["ABCD".index(letter)] == "Case A only" and text.startswith("Only Case A shows an abnormality")
+    assert closed_questions(a, b, cyst, np.random.default_rng(0))[0][1] == f"Which case shows {_noun(cyst)}?"
+    samples = vqa_over_pairs([("s1", "s2", False)], {"s1": {kidney.id: a}, "s2": {kidney.id: b}}, lambda _: [kidney])
+    assert "an abnormality of the" in next(s.open_question for s in samples if s.dimension == "presence")

@@ -94,6 +94,12 @@ def _noun(entity: Entity) -> str:
     return plain[0] if plain else entity.term.split("_")[0]
 
 
+def _shown(entity: Entity) -> str:
+    """What a presence question asks about: a finding itself, or an abnormality of a structure (every
+    case shows the kidney; a structure is "positive" when the report calls it abnormal)."""
+    return f"an abnormality of the {_noun(entity)}" if entity.level == "anatomy" else _noun(entity)
+
+
 def _four(answer: str, pool: list[str], rng: np.random.Generator) -> tuple[list[str], str]:
     distractors = [o for o in dict.fromkeys(pool) if o != answer]
     chosen = (
@@ -256,13 +262,14 @@ def closed_questions(
     if presence is not None:
         pool = ["Both cases", "Neither case", f"{la} only", f"{lb} only"]
         options, letter = _four(presence, pool, rng)
+        shown = _shown(entity)
         text = {
-            "Both cases": f"Both {la} and {lb} show {noun}.",
-            "Neither case": f"Neither case shows {noun}.",
-            f"{la} only": f"Only {la} shows {noun}.",
-            f"{lb} only": f"Only {lb} shows {noun}.",
+            "Both cases": f"Both {la} and {lb} show {shown}.",
+            "Neither case": f"Neither case shows {shown}.",
+            f"{la} only": f"Only {la} shows {shown}.",
+            f"{lb} only": f"Only {lb} shows {shown}.",
         }[presence]
-        out.append(("presence", f"Which case shows {noun}?", options, letter, text))
+        out.append(("presence", f"Which case shows {shown}?", options, letter, text))
     if a.status is MentionStatus.POSITIVE and b.status is MentionStatus.POSITIVE:
         x, y = read_attributes(a.text), read_attributes(b.text)
         where = location_phrases(x, y)
@@ -448,7 +455,9 @@ def generate_vqa(
                     question,
                     options,
                     answer,
-                    open_question=open_question(dimension, _noun(entity), labels),
+                    open_question=open_question(
+                        dimension, _shown(entity) if dimension == "presence" else _noun(entity), labels
+                    ),
                     open_answer=open_answer,
                     labels=labels,
                 )

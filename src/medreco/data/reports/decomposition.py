@@ -7,6 +7,7 @@ also inform the statement of the anatomy they sit in."""
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -75,8 +76,12 @@ READ_SECTIONS = ("findings", "impression", "impressions", "conclusion", "conclus
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]\s)|\n(?=[A-Z])")
 # Where a trigger's scope ends: the clause (NegEx "termination terms" among these).
 CLAUSE_BREAK = re.compile(
-    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|otherwise|consistent with|compatible with|"
-    r"in keeping with|apart from|aside from|other than|there (?:is|are|has been|have been))\b|;|"
+    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|otherwise|despite|nevertheless|besides|"
+    r"with the exception of|save for|(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
+    r"to account for|"
+    r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
+    r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|apart from|aside from|other than|"
+    r"there (?:is|are|has been|have been))\b|;|"
     r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b",
     re.I,
 )
@@ -85,7 +90,17 @@ _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
 
 # Phrases that look like negation or uncertainty but are neither (NegEx "pseudo-triggers").
 PSEUDO = [
-    r"no (?:significant |interval |appreciable |substantial |further )*(?:change|changes)",
+    r"no (?:significant |interval |appreciable |substantial |further |suspicious |definite |acute |measurable |"
+    r"discernible )*(?:change|changes|difference)",
+    r"no evidence of (?:interval )?(?:change|progression|growth)",
+    r"(?:is|are|has|have) not (?:been )?(?:significantly |substantially )?(?:changed|increased|improved|worse|"
+    r"different|enlarged in size|larger|smaller|bigger)",
+    r"not necessarily",
+    r"not (?:certain|clear) (?:whether|if)",
+    r"(?:with (?:and|or) )?without (?:iv |intravenous |oral )?contrast",
+    r"(?:near(?:ly)?[- ]complete|partial|incomplete) resolution of",
+    r"(?:has|have) (?:nearly|largely|partially|almost) resolved",
+    r"(?:recommend|attempted|incomplete) removal of",
     r"not significantly changed",
     r"without (?:significant |interval )?change",
     r"no (?:significant |interval |further |substantial )*(?:increase|decrease|enlargement|progression|growth)",
@@ -110,7 +125,27 @@ UNCERTAIN_PRE = [
     r"concerning for",
     r"concern for",
     r"worrisome for",
-    r"raising (?:the )?(?:concern|question|possibility) (?:for|of)",
+    r"(?:raising|raises?|raised) (?:the )?(?:concern|question|possibility|suspicion) (?:for|of)",
+    r"favou?r(?:s|ed|ing)?(?: to (?:represent|be|reflect))?",
+    r"query",
+    r"(?:may|could|might) have",
+    r"perhaps",
+    r"maybe",
+    r"presumptive",
+    r"potential(?:ly)?",
+    r"(?:cannot|can ?not|can't|unable to|difficult to) (?:completely |entirely |totally )?(?:exclude|rule out)",
+    r"(?:difficult to distinguish|indistinguishable|not distinguishable) from",
+    r"suspect",
+    r"(?:a )?suggestion of",
+    r"(?:the )?possibility of",
+    r"(?:felt|believed) to (?:represent|be)",
+    r"doubt(?:ful)?",
+    r"low (?:probability|likelihood) (?:for|of)",
+    r"atypical for",
+    r"concerned about",
+    r"(?:a )?hint of",
+    r"questionably",
+    r"(?:to )?rule out",
     r"(?:may|could|might|can) (?:\w+ly )?(?:represent|reflect|be|indicate|relate|correspond)",
     r"(?:cannot|can ?not) (?:be )?(?:excluded?|ruled out)",
     r"can ?not (?:exclude|rule out)",
@@ -144,14 +179,29 @@ UNCERTAIN_POST = [
     r"(?:is|are) (?:possible|suspected|questioned|questionable|not excluded)",
     r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!due|secondary|related|from|caused)\w+",
     r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because))",
-    r"may be present",
+    r"(?:may|could|might) be present",
+    r"(?:is|are) (?:also )?considered",
+    r"should be considered",
+    r"(?:is|are|remains?) (?:also )?a (?:possibility|concern|differential consideration)",
+    r"(?:is|are) of concern",
+    r"would be (?:a consideration|in the differential)",
+    r"(?:is|are) (?:also )?possible",
+    r"(?:is|are) less likely",
+    r"(?:can't|has not been|have not been) (?:excluded|ruled out)",
+    r"(?:should|needs? to) be (?:excluded|ruled out)",
+    r"(?:is|are) not (?:well|clearly) (?:seen|visuali[sz]ed)",
+    r"(?:is|are) (?:poorly|incompletely) evaluated",
+    r"cannot be (?:assessed|evaluated|confirmed)",
+    r"(?:is|are) (?:equivocal|queried|in question|presumed|suggested|doubtful)",
+    r"if (?:present|any)",
     r"not (?:entirely )?excluded",
-    r"(?:is|are) (?:a )?consideration",
+    r"(?:is|are) (?:also )?(?:an? )?(?:alternative |other )?considerations?",
+    r"(?:is|are) (?:\w+ )?favou?red",
     r"(?:is|are) in the differential",
 ]
 # Alternatives offered right after a mention ("pneumonia versus atelectasis"); unlike the post-triggers
 # above they do not reach back along a list ("opacity, atelectasis versus consolidation").
-UNCERTAIN_NEXT = [r"versus", r"vs\.?", r"or (?:less likely|more likely)"]
+UNCERTAIN_NEXT = [r"versus", r"vs\.?", r"or (?:less likely|more likely|possibly)"]
 # A cue introducing a possibility: after a negation ("no X to suggest Y"), the possibility is denied.
 _SUGGESTION = re.compile(r"^(?:to suggest|suggestive of|suggests?|suggesting|to indicate|indicative of)$", re.I)
 NEGATIVE_PRE = [
@@ -160,13 +210,30 @@ NEGATIVE_PRE = [
     r"without",
     r"negative for",
     r"free of",
+    r"free from",
+    r"lack of",
+    r"lacks",
+    r"lacking",
+    r"devoid of",
+    r"negative (?:examination|exam|study|evaluation|ct|mri|ultrasound|scan) for",
+    r"(?:fails?|failed) to (?:reveal|demonstrate|show)",
+    r"(?:interval )?(?:clearing|clearance|disappearance|evacuation|resection|excision|complete regression) of",
+    r"nothing to suggest",
+    r"as opposed to",
+    r"inconsistent with",
+    r"not (?:consistent|compatible) with",
+    r"not in keeping with",
+    r"(?:argues?|militates?) against",
+    r"excludes",
+    r"exclusion of",
+    r"non-?(?:dilated|enlarged|thickened|distended)",
     r"clear of",
     r"absence of",
     r"absent",
     r"no (?:evidence|sign|signs|findings|definite|convincing|suspicious|acute|focal|new|residual) (?:of|to suggest)",
     r"resolution of",
     r"resolved",
-    r"rules? out",
+    r"rules out",
     r"ruled out",
     r"neither",
     r"nor",
@@ -179,17 +246,18 @@ NEGATIVE_PRE = [
 ]
 # Negation that holds only right before the mention ("normal heart size", "clear lungs").
 NEGATIVE_ADJACENT = [
+    r"negative",
     r"normal",
     r"normal[- ]sized?",
-    r"normal[- ]caliber",
+    r"normal[- ]calib(?:er|re)",
     r"unremarkable",
-    r"clear",
+    r"clear(?! cell)",
     r"intact",
     r"patent",
     r"preserved",
 ]
 NEGATIVE_POST = [
-    r"(?:has|have) (?:since |now |completely |nearly )?resolved",
+    r"(?:has|have) (?:since |now |completely )?resolved",
     r"resolved",
     r"(?:is|are|was|were|has|have) (?:been )?(?:now |again |currently )?(?:not|no longer) (?:\w+ )?"
     r"(?:seen|present|identified|visuali[sz]ed|appreciated|evident|enlarged|dilated|demonstrated|detected|noted|appreciable|visible|apparent|recurred|thickened)",
@@ -199,25 +267,40 @@ NEGATIVE_POST = [
     r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
     r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely)\w+",
     r"(?:otherwise )?(?:normal|unremarkable|clear|natural)\b",
+    r"not (?:enlarged|dilated|thickened|distended|compressed|displaced|effaced|seen|identified|present|visuali[sz]ed|"
+    r"demonstrated|detected)",
+    r"(?:has|have) (?:now )?settled",
+    r"(?:has|have) (?:since |now |completely |nearly )?(?:cleared|passed|disappeared|gone)",
     r"within normal limits",
     r"(?:is|are) not (?:enlarged|dilated|thickened|distended)",
     r"(?:has|have) normal",
     r"(?:top[- ])?normal in (?:size|caliber|calibre|appearance|attenuation|echogenicity|signal|thickness)",
     r"not seen",
-    r"(?:has|have) (?:been )?removed",
-    r"no longer (?:seen|present|identified|visuali[sz]ed|demonstrated|evident|visible|appreciated)",
+    r"(?:(?:is|are|was|were|has been|have been) (?:\w+ )?)?(?:excluded|ruled out)",
+    r"negative",
+    r"(?:has|have) (?:since |now )?(?:completely )?(?:been )?(?:resorbed|reabsorbed|evacuated|drained)",
+    r"(?:has|have) (?:since )?(?:been )?(?:removed|resected|excised)",
+    r"(?:is|are|was|were) (?:since |now )?removed",
+    r"(?:is|are) (?:now )?gone",
+    r"(?:has|have) (?:completely )?regressed",
+    r"(?:has|have) normali[sz]ed",
+    r"(?:is|are) (?:surgically )?absent",
+    r"wnl",
+    r"no longer (?:seen|present|identified|visuali[sz]ed|demonstrated|evident|visible|appreciated|detectable|"
+    r"measurable|discernible|identifiable|in place)",
     r"(?:has|have) not recurred",
     r":\s*(?:none|absent|negative|normal|unremarkable|no|not (?:seen|identified|present))",  # "Ascites: none."
 ]
 # An anatomical structure is abnormal only when the text says how; mentioned plainly it is normal.
 ABNORMAL_CUE = re.compile(
-    r"\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|distend\w+|distension|heterogene\w+|coarse\w*|echogenic|"
+    r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|distend\w+|distension|heterogene\w+|coarse\w*|echogenic|"
     r"hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
     r"hyperinflat\w+|hyperexpan\w+|opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
     r"hyperdens\w+|hyperintens\w+|hypointens\w+|lesions?|mass(?:es)?|cysts?|stones?|calcul\w+|fluid|collections?|"
     r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
     r"haemorrhag\w+|blood|infarct\w*|narrow\w*|tortuous|ectatic|calcifi\w+|thrombos\w+|thrombus|occlu\w+|"
-    r"obstruct\w+|scar\w*|hypervascular|small|shift\w*|herniat\w+|wall thickening)\b",
+    r"obstruct\w+|scar\w*|hypervascular|small|shift\w*|herniat\w+|wall thickening|aneurysm\w*|cirrho\w+|lacerat\w+|"
+    r"fractur\w+|contus\w+|granulom\w+|steato\w+|fatty|laceration|rupture\w*|injur\w+)\b",
     re.I,
 )
 
@@ -235,6 +318,24 @@ _NEGATIVE_ADJACENT = _compile(NEGATIVE_ADJACENT)
 _LEVEL_PRIORITY = {"abnormal": 0, "disease": 1, "anatomy": 2}
 _OTHER_MENTION = "\u00a7"  # stands for another entity's mention inside a trigger's window
 _LIST_WORDS = {_OTHER_MENTION, "", "or", "and", "nor"}
+# "Differential for <subject> includes A, B": the subject is what was seen, the list is uncertain.
+_DIFFERENTIAL_FOR = re.compile(
+    r"\b(?:differential(?: diagnos[ie]s| considerations?)?|ddx|(?:diagnostic )?considerations|possibilities)\s+"
+    r"(?:for|of)\s+(?:[^.;:]|\.(?=\d)){1,120}?\s+(?P<verb>(?:would )?includes?|are|is)\b",
+    re.I,
+)
+
+
+def _mask_differential_subjects(masked: str) -> str:
+    """Blank "differential for <subject>" so that only the verb ("includes"), written as the trigger
+    "ddx", stands before the listed alternatives."""
+    for match in _DIFFERENTIAL_FOR.finditer(masked):
+        verb_start = match.start("verb")
+        trigger = "ddx".ljust(match.end() - verb_start)
+        masked = masked[: match.start()] + " " * (verb_start - match.start()) + trigger + masked[match.end() :]
+    return masked
+
+
 # After a mention, a comma opening a new description ends its post-triggers' reach
 # ("a granuloma in the right upper lobe, the lung is otherwise normal").
 _NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|but)\b)", re.I)
@@ -262,6 +363,59 @@ def _triggers(pattern: re.Pattern, text: str, kind: str) -> list[tuple[int, int,
     return [(m.start(), m.end(), kind, m.group()) for m in pattern.finditer(text)]
 
 
+@dataclass(frozen=True)
+class _Matcher:
+    """One entity's phrasings as a pattern; `starts`: the first three letters of their first words
+    (American and British spellings), so a sentence without any of them is not searched at all."""
+
+    pattern: re.Pattern
+    entity: Entity
+    context: re.Pattern | None
+    starts: frozenset[str] | None
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_matchers(entities: tuple[Entity, ...]) -> tuple[_Matcher, ...]:
+    """The matchers of a set of entities, compiled once per process (a family's vocabulary compiles
+    in seconds; decomposers are made per worker, per test, per call)."""
+    matchers = []
+    for entity in entities:
+        context = re.compile(entity.context, re.I) if entity.context else None
+        for phrasings, needs in ((entity.phrasings(), None), (entity.contextual, context)):
+            plain = [p for p in phrasings if not p.startswith("re:")]
+            patterns = [p for p in phrasings if p.startswith("re:")]
+            for group, starts in ((plain, _word_starts(plain)), (patterns, None)):
+                if group:
+                    body = "|".join(f"(?:{phrase_pattern(p)})" for p in group)
+                    pattern = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I)
+                    matchers.append(_Matcher(pattern, entity, needs, starts))
+    return tuple(matchers)
+
+
+def _american(word: str) -> str:
+    """A word's start as the vocabulary spells it ("haemorrhage" -> "hemorrhage", "oedema" -> "edema")."""
+    return re.sub(r"^o(?=edem|esophag)", "", re.sub(r"^ha(?=em)", "h", word))
+
+
+def _word_starts(phrases: list[str]) -> frozenset[str] | None:
+    """The first three letters of each phrase's first word (shorter words whole), or None when a
+    phrase starts with something else (a number, a symbol): those are always searched."""
+    starts = set()
+    for phrase in phrases:
+        word = re.match(r"[a-z]*", re.split(r"[\s-]+", phrase.lower().strip())[0]).group()
+        if not word:
+            return None
+        starts.update({word[:3], _american(word)[:3]})
+    return frozenset(starts)
+
+
+def _sentence_starts(sentence: str) -> frozenset[str]:
+    """The first one, two and three letters of every word of a sentence, in both spellings."""
+    words = set(re.findall(r"[a-z]+", sentence.lower()))
+    words |= {_american(w) for w in words}
+    return frozenset(w[:n] for w in words for n in (1, 2, 3))
+
+
 class RuleBasedDecomposer(ReportDecomposer):
     """Offline decomposition with synonyms and NegEx-style scopes; no model, no network.
 
@@ -272,31 +426,25 @@ class RuleBasedDecomposer(ReportDecomposer):
     def __init__(self, ontology: Ontology | None = None, window: int = 6):
         super().__init__(ontology)
         self.window = window
-        self._patterns: dict[tuple[str, ...], list[tuple[re.Pattern, Entity, re.Pattern | None]]] = {}
 
-    def _matchers(self, entities: list[Entity]) -> list[tuple[re.Pattern, Entity, re.Pattern | None]]:
-        key = tuple(e.id for e in entities)
-        if key not in self._patterns:
-            matchers = []
-            for entity in entities:
-                context = re.compile(entity.context, re.I) if entity.context else None
-                for phrasings, needs in ((entity.phrasings(), None), (entity.contextual, context)):
-                    if phrasings:
-                        body = "|".join(f"(?:{phrase_pattern(p)})" for p in phrasings)
-                        matchers.append((re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I), entity, needs))
-            self._patterns[key] = matchers
-        return self._patterns[key]
+    def _matchers(self, entities: list[Entity]) -> tuple[_Matcher, ...]:
+        return _compiled_matchers(tuple(entities))
 
-    def find_mentions(self, sentence: str, entities: list[Entity]) -> list[tuple[int, int, Entity]]:
+    def find_mentions(self, sentence: str, entities: list[Entity], heading: str = "") -> list[tuple[int, int, Entity]]:
         """Entity mentions in a sentence: longest first, then phrasings that need their context (the
-        organ named in the sentence), then the more specific entity; no overlaps."""
+        organ named in the sentence, or in the `heading` of a structured report's line such as
+        "Liver:"), then the more specific entity; no overlaps."""
         candidates = []
-        for pattern, entity, context in self._matchers(entities):
-            if context is not None and not context.search(sentence):
+        present = _sentence_starts(sentence)
+        for matcher in self._matchers(entities):
+            if matcher.starts is not None and matcher.starts.isdisjoint(present):
+                continue  # none of its phrasings' first words is in the sentence
+            context = matcher.context
+            if context is not None and not (context.search(sentence) or (heading and context.search(heading))):
                 continue
-            for match in pattern.finditer(sentence):
+            for match in matcher.pattern.finditer(sentence):
                 if match.end() > match.start():
-                    candidates.append((match.start(), match.end(), entity, context is None))
+                    candidates.append((match.start(), match.end(), matcher.entity, context is None))
         candidates.sort(key=lambda c: (-(c[1] - c[0]), c[3], _LEVEL_PRIORITY[c[2].level], c[0]))
         taken: list[tuple[int, int, Entity]] = []
         for start, end, entity, _ in candidates:
@@ -315,12 +463,14 @@ class RuleBasedDecomposer(ReportDecomposer):
         """NegEx within the mention's clause. `mentions`: every mention in the sentence (other entities
         do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
         mentioned anatomical structure reads as normal."""
-        masked = _PSEUDO.sub(lambda m: " " * len(m.group()), sentence)
+        masked = _mask_differential_subjects(_PSEUDO.sub(lambda m: " " * len(m.group()), sentence))
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
         before = self._window_before(masked, clause_start, start, mentions)
-        status = self._pre_status(before) or self._post_status(masked, end, clause_end, mentions)
+        status = self._pre_status(before, masked[clause_start:start]) or self._post_status(
+            masked, end, clause_end, mentions
+        )
         if status is MentionStatus.POSITIVE and entity is not None and entity.level == "anatomy":
             clause = list(masked[clause_start:clause_end])
             for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
@@ -374,24 +524,31 @@ class RuleBasedDecomposer(ReportDecomposer):
             return MentionStatus.NEGATIVE
         return MentionStatus.POSITIVE
 
-    def _pre_status(self, before: str) -> MentionStatus | None:
-        """The status the trigger nearest the mention gives, or None without one."""
-        uncertain = _triggers(_UNCERTAIN_PRE, before, "uncertain")
-        negative = [
-            t
-            for t in _triggers(_NEGATIVE_PRE, before, "negative")
-            if all(t[1] <= u[0] or t[0] >= u[1] for u in uncertain)
-        ]
+    def _pre_status(self, before: str, clause_before: str) -> MentionStatus | None:
+        """The status the trigger nearest the mention gives, or None without one. A suggestion cue
+        nearest ("to suggest") is denied by a negation anywhere before it in the clause ("no loss of
+        compressibility or intraluminal echoes to suggest DVT")."""
         real = [m.start() for m in re.finditer(r"\S+", before) if m.group().strip(",/") not in _LIST_WORDS]
         adjacent_from = real[-2] if len(real) >= 2 else 0
-        negative += [t for t in _triggers(_NEGATIVE_ADJACENT, before, "negative") if t[0] >= adjacent_from]
-        triggers = sorted(uncertain + negative, key=lambda t: (t[1], t[1] - t[0]))
+        found = [
+            *_triggers(_UNCERTAIN_PRE, before, "uncertain"),
+            *_triggers(_NEGATIVE_PRE, before, "negative"),
+            *[t for t in _triggers(_NEGATIVE_ADJACENT, before, "negative") if t[0] >= adjacent_from],
+        ]
+        triggers: list[tuple[int, int, str, str]] = []
+        for trigger in sorted(found, key=lambda t: t[0] - t[1]):  # overlapping triggers: the longer one
+            if all(trigger[1] <= kept[0] or trigger[0] >= kept[1] for kept in triggers):
+                triggers.append(trigger)
+        triggers.sort(key=lambda t: (t[1], t[1] - t[0]))
         if not triggers:
             return None
         nearest = triggers[-1]
-        denied = any(t[2] == "negative" and t[1] <= nearest[0] for t in triggers)
-        if nearest[2] == "uncertain" and _SUGGESTION.match(nearest[3]) and denied:
-            return MentionStatus.NEGATIVE
+        if nearest[2] == "uncertain" and _SUGGESTION.match(nearest[3]):
+            cue_at = clause_before.lower().rfind(nearest[3].lower())
+            if any(t[2] == "negative" and t[1] <= nearest[0] for t in triggers) or (
+                cue_at > 0 and _NEGATIVE_PRE.search(clause_before[:cue_at])
+            ):
+                return MentionStatus.NEGATIVE
         return MentionStatus.UNCERTAIN if nearest[2] == "uncertain" else MentionStatus.NEGATIVE
 
     def decompose(self, report: str, modality: str, entities: list[Entity] | None = None) -> ReportDecomposition:
@@ -408,21 +565,81 @@ class RuleBasedDecomposer(ReportDecomposer):
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
-        for sentence in (s for text in read for s in split_sentences(text)):
-            mentions = self.find_mentions(sentence, matching)
-            for start, end, entity in mentions:
-                status = self.mention_status(sentence, start, end, mentions, entity)
-                targets = [entity.id]
-                anatomy = self.ontology.anatomy_of(entity) if entity.level == "abnormal" else None
-                if anatomy is not None:
-                    targets.append(anatomy.id)
-                for target in (t for t in targets if t in by_id):
-                    found.setdefault(target, []).append(status)
-                    if sentence not in statements[target].sentences:
-                        statements[target].sentences.append(sentence)
+        otherwise_normal: set[str] = set()  # "the lungs are otherwise clear": normal but for what was named
+        for text in read:
+            heading = ""
+            for sentence in split_sentences(text):
+                heading = _heading(sentence) or heading
+                mentions = self.find_mentions(sentence, matching, heading)
+                statuses = [self.mention_status(sentence, s, e, mentions, entity) for s, e, entity in mentions]
+                statuses = _structures_in_context(sentence, mentions, _hedged_evidence(sentence, mentions, statuses))
+                for (start, end, entity), status in zip(mentions, statuses):
+                    if (
+                        entity.level == "anatomy"
+                        and status is MentionStatus.NEGATIVE
+                        and _OTHERWISE.search(sentence[max(0, start - 40) : end + 40])
+                    ):
+                        otherwise_normal.add(entity.id)
+                    anatomy = self.ontology.anatomy_of(entity) if entity.level == "abnormal" else None
+                    targets = [entity.id] + ([anatomy.id] if anatomy is not None else [])
+                    for target in (t for t in targets if t in by_id):
+                        found.setdefault(target, []).append(status)
+                        if sentence not in statements[target].sentences:
+                            statements[target].sentences.append(sentence)
         for entity_id, statuses in found.items():
-            statements[entity_id].status = aggregate_status(statuses)
+            statements[entity_id].status = (
+                MentionStatus.NEGATIVE if entity_id in otherwise_normal else aggregate_status(statuses)
+            )
         return ReportDecomposition(family, sections, statements)
+
+
+# A structured report's line heading ("Liver:", "Extra-axial spaces:", "Lines/tubes:"): the organ it
+# names is the context of the sentences that follow it, up to the next heading.
+_HEADING = re.compile(r"^(?:\d+[.)]\s*)?([A-Za-z][A-Za-z /&,-]{1,40}?)\s*:")
+
+
+def _heading(sentence: str) -> str:
+    match = _HEADING.match(sentence)
+    return match.group(1) if match else ""
+
+
+_OTHERWISE = re.compile(r"\botherwise\b", re.I)
+
+
+def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
+    """A structure heading a structured line ("Aorta: ascending aorta 4.6 cm, aneurysmal.") is
+    abnormal when the line reports a finding (present or possible) or says how it is abnormal, and
+    normal when the line calls it normal or reports only absences ("Lungs: No nodules.")."""
+    heading = _HEADING.match(sentence)
+    statuses = list(statuses)
+    for i, (start, end, entity) in enumerate(mentions):
+        if heading is None or entity.level != "anatomy" or end < heading.end(1) or start > heading.end(1):
+            continue
+        line = sentence[heading.end() :]
+        others = [status for j, status in enumerate(statuses) if j != i]
+        if _NEGATIVE_POST.match(line.strip()):
+            statuses[i] = MentionStatus.NEGATIVE
+        elif MentionStatus.POSITIVE in others or ABNORMAL_CUE.search(line):
+            statuses[i] = MentionStatus.POSITIVE
+        elif MentionStatus.UNCERTAIN in others:
+            statuses[i] = MentionStatus.UNCERTAIN
+        else:
+            statuses[i] = MentionStatus.NEGATIVE
+    return statuses
+
+
+def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
+    """A finding described and then named with a hedge in the same clause ("filling defects ...
+    suspicious for PE", "a lesion, likely a hemangioma") is uncertain, not seen for sure."""
+    statuses = list(statuses)
+    for i, (_, end, entity) in enumerate(mentions):
+        if statuses[i] is not MentionStatus.POSITIVE:
+            continue
+        for (later_start, _, other), status in zip(mentions[i + 1 :], statuses[i + 1 :]):
+            if other.id == entity.id and status is MentionStatus.UNCERTAIN and ";" not in sentence[end:later_start]:
+                statuses[i] = MentionStatus.UNCERTAIN
+                break
+    return statuses
 
 
 def sentence_status(sentence: str) -> MentionStatus:
