@@ -135,6 +135,9 @@ def test_held_out_set_is_scored_and_does_not_regress(decomposer):
         ("Negative sonographic Murphy sign.", "ultrasound", {"sonographic murphy sign": "negative"}),
         ("CT without contrast demonstrates a small pneumothorax.", "chest_ct", {"pneumothorax": "positive"}),
         ("Considerations include clear cell renal cell carcinoma.", "abdominal_ct", {"renal mass": "uncertain"}),
+        # a generic word names a finding only in its organ's context
+        ("Findings consistent with infective colitis.", "abdominal_ct", {"pneumonia": "not mentioned"}),
+        ("Tree-in-bud nodularity in the right lower lobe, likely infective.", "chest_ct", {"infection": "uncertain"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):
@@ -160,3 +163,10 @@ def test_score_reports_command_gives_the_python_result(decomposer, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("rule decomposer, 495 labels: status accuracy")
     assert sum(line.startswith("  dev-") for line in printed) == 2 and "more errors" in printed[-1]
+
+
+def test_a_name_only_one_entity_uses_in_context_resolves_to_it(decomposer):
+    pneumonia = decomposer.ontology.find("pneumonia", "chest_ct")
+    assert decomposer.ontology.find("infection", "chest_ct") is pneumonia  # contextual, one entity
+    with pytest.raises(KeyError):
+        decomposer.ontology.find("cyst", "ultrasound")  # contextual in several organs' findings

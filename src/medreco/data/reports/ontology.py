@@ -244,7 +244,8 @@ class Ontology:
         ]
 
     def find(self, text: str, modality: str | None = None) -> Entity:
-        """An entity by id, name, term or synonym (case-insensitive), within a modality if given."""
+        """An entity by id, name, term or synonym (case-insensitive), within a modality if given; else
+        by a contextual phrasing only one entity has."""
         wanted = text.strip().lower()
         wanted_term = re.sub(r"\s*\([^)]*\)", "", wanted).strip()  # "X (e.g., ...)" -> "X"
         candidates = self.entities(modality)
@@ -262,6 +263,11 @@ class Ontology:
             for entity in by_level:
                 if matches(entity):
                     return entity
+        # a phrasing that names an entity only in context ("infection" in a sentence about the lungs),
+        # when exactly one entity has it
+        contextual = [e for e in candidates if wanted in (s.lower() for s in e.contextual)]
+        if len(contextual) == 1:
+            return contextual[0]
         raise KeyError(f"no entity matches {text!r}" + (f" for {modality}" if modality else ""))
 
     def anatomy_of(self, entity: Entity) -> Entity | None:
