@@ -46,8 +46,8 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
 
 
 def test_held_out_set_is_scored_and_does_not_regress(decomposer):
-    """The target is 95%; the held-out set is read at 90.8% (its first and only evaluation, labels the
-    vocabulary resolves; 87.1% of all labels) and this guards against regression: README and
+    """The target is 95%; the held-out set is read at 90.7% (labels the vocabulary resolves; 87.0% of
+    all labels; never tuned on) and this guards against regression: README and
     docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / "test.jsonl")
     assert result["labels"] >= 950
