@@ -444,10 +444,16 @@ def _score_reports(args: argparse.Namespace) -> int:
         print(json.dumps({"decomposer": decomposer_name, **result}, indent=2))
         return 0
     print(
-        f"{decomposer_name} decomposer, {result['labels']} labels: status accuracy "
+        f"{decomposer_name} decomposer, {result['labels']} statuses: status accuracy "
         f"{result['status_accuracy_resolved']:.1%} on the labels the vocabulary resolves "
         f"({result['vocabulary_coverage']:.1%} of them), {result['status_accuracy']:.1%} on all"
     )
+    if result["labels_sharing_an_entity"]:
+        print(
+            f"({result['labels_sharing_an_entity']} labels named one vocabulary entity with another label of their "
+            f"excerpt: scored once where they agree; {len(result['conflicts'])} entities they gave two statuses "
+            "not scored, see --json)"
+        )
     for table in ("by_modality", "by_kind"):
         if len(result[table]) > 1:
             print(f"{table.replace('_', ' ')}: " + ", ".join(f"{k} {v:.1%}" for k, v in result[table].items()))

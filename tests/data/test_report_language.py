@@ -1,10 +1,11 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds five sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds six sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl`, `dev2.jsonl`, `dev3.jsonl` and `dev4.jsonl` are development sets (the rules and the
-vocabulary were tuned on them; dev2 and dev3 were held-out sets, each scored once before it was
-folded into development), `test.jsonl` is held out (never tuned on, its errors never read).
+`dev.jsonl` to `dev5.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 was
+written to the labelling guide in docs/mining.md), `test.jsonl` is held out (never tuned on, its
+errors never read).
 See docs/mining.md, "How well it reads real reports"."""
 
 import json
@@ -17,7 +18,7 @@ from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecompose
 from medreco.errors import TextFileError
 
 SETS = Path(__file__).parent / "report_language"
-DEVELOPMENT = {"dev.jsonl": 240, "dev2.jsonl": 300, "dev3.jsonl": 300, "dev4.jsonl": 450}
+DEVELOPMENT = {"dev.jsonl": 240, "dev2.jsonl": 300, "dev3.jsonl": 300, "dev4.jsonl": 450, "dev5.jsonl": 398}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -37,7 +38,13 @@ def test_the_sets_are_large_and_cover_every_family():
 
 @pytest.mark.parametrize(
     ("name", "accuracy", "coverage"),
-    [("dev.jsonl", 0.98, 0.98), ("dev2.jsonl", 0.98, 0.99), ("dev3.jsonl", 0.96, 0.99), ("dev4.jsonl", 0.935, 0.95)],
+    [
+        ("dev.jsonl", 0.99, 0.98),
+        ("dev2.jsonl", 0.99, 0.99),
+        ("dev3.jsonl", 0.97, 0.99),
+        ("dev4.jsonl", 0.96, 0.98),
+        ("dev5.jsonl", 0.94, 0.95),
+    ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     result = score_labelled_reports(decomposer, SETS / name)
@@ -46,13 +53,13 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
 
 
 def test_held_out_set_is_scored_and_does_not_regress(decomposer):
-    """The target is 95%; the held-out set is read at 90.7% (labels the vocabulary resolves; 87.0% of
-    all labels; never tuned on) and this guards against regression: README and
-    docs/mining.md give the numbers."""
+    """The target is 95%; the held-out set is read at 93.8% (statuses of entities the vocabulary
+    resolves; 91.1% counting names it lacks; never tuned on) and this guards against regression:
+    README and docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / "test.jsonl")
-    assert result["labels"] >= 950
-    assert result["status_accuracy_resolved"] >= 0.90
-    assert result["vocabulary_coverage"] >= 0.95
+    assert result["labels"] >= 900
+    assert result["status_accuracy_resolved"] >= 0.935
+    assert result["vocabulary_coverage"] >= 0.97
     assert set(result["by_modality"]) == FAMILIES
 
 
@@ -138,12 +145,141 @@ def test_held_out_set_is_scored_and_does_not_regress(decomposer):
         # a generic word names a finding only in its organ's context
         ("Findings consistent with infective colitis.", "abdominal_ct", {"pneumonia": "not mentioned"}),
         ("Tree-in-bud nodularity in the right lower lobe, likely infective.", "chest_ct", {"infection": "uncertain"}),
+        # a structure named with a finding in its clause is as the finding is; a structured line's
+        # negated words say nothing of its organ; "apart from X, the lungs are clear"
+        ("Intimal flap in the descending thoracic aorta, Stanford type B.", "chest_ct", {"thoracic aorta": "positive"}),
+        ("Bones: No aggressive osseous lesion.", "chest_ct", {"bones": "negative"}),
+        ("Fourth ventricle: Mildly effaced, without hydrocephalus.", "brain_mri", {"ventricles": "positive"}),
+        ("Bladder: Well distended, normal wall.", "ultrasound", {"bladder": "negative"}),
+        (
+            "Apart from a 4 mm perifissural nodule, the lungs are clear.",
+            "chest_ct",
+            {"lungs": "negative", "lung nodule": "positive"},
+        ),
+        (
+            "Mediastinum: Normal contours. Hila: Prominent bilaterally, possibly lymphadenopathy.",
+            "chest_xray",
+            {"mediastinum": "negative"},
+        ),
+        (
+            "The pancreas is diffusely enlarged with loss of its normal lobulation.",
+            "abdominal_ct",
+            {"pancreas": "positive"},
+        ),
+        ("The thoracic aorta is of normal calibre.", "chest_ct", {"aortic aneurysm": "negative"}),
+        # alternatives: "A or B", "either A or B", "less likely", "the main considerations"; not under a negation
+        (
+            "Rounded lucency at the right apex, either a bulla or a loculated pneumothorax.",
+            "chest_xray",
+            {"bullae": "uncertain", "pneumothorax": "uncertain"},
+        ),
+        (
+            "Cholelithiasis without gallbladder wall thickening or pericholecystic fluid.",
+            "abdominal_ct",
+            {"cholelithiasis": "positive"},
+        ),
+        (
+            "Multiple small hepatic lesions, possibly cysts or haemangiomas.",
+            "abdominal_ct",
+            {"liver lesion": "positive"},
+        ),
+        (
+            "Appearances favour an aspergilloma; a cavitating neoplasm is a less likely alternative.",
+            "chest_ct",
+            {"lung cancer": "uncertain"},
+        ),
+        (
+            "Anterior mediastinal mass: thymoma or lymphoma are the main considerations.",
+            "chest_ct",
+            {"thymoma": "uncertain"},
+        ),
+        (
+            "Reticulation, usual interstitial pneumonia pattern versus fibrotic NSIP.",
+            "chest_ct",
+            {"interstitial lung disease": "uncertain"},
+        ),
+        (
+            "Clinical correlation with lipase is recommended to assess for pancreatitis.",
+            "abdominal_ct",
+            {"pancreatitis": "uncertain"},
+        ),
+        ("A small amount of pelvic free fluid is likely physiologic.", "abdominal_ct", {"free fluid": "positive"}),
+        # where a negation stops: "leaving", parentheses, "and only", a comma before a new subject
+        (
+            "The previously seen contusion has resolved, leaving a small area of encephalomalacia.",
+            "brain_mri",
+            {"encephalomalacia": "positive"},
+        ),
+        (
+            "Spiculated mass (without chest wall invasion) with enlarged hilar lymph nodes.",
+            "chest_ct",
+            {"lymphadenopathy": "positive"},
+        ),
+        (
+            "No residual pneumothorax and only minimal basilar atelectasis.",
+            "chest_xray",
+            {"atelectasis": "positive", "pneumothorax": "negative"},
+        ),
+        (
+            "While there is no focal consolidation, a subtle opacity at the right base could reflect early pneumonia.",
+            "chest_xray",
+            {"lung opacity": "positive", "consolidation": "negative"},
+        ),
+        # pseudo-negations of time, technique and response; removal and involution
+        (
+            "A 9 mm nodular opacity in the left mid lung, not seen previously, is new.",
+            "chest_xray",
+            {"lung nodule": "positive"},
+        ),
+        ("The renal cysts are not new and are unchanged.", "abdominal_ct", {"renal cyst": "positive"}),
+        ("The consolidation does not appear to have resolved.", "chest_ct", {"consolidation": "positive"}),
+        (
+            "MRI brain without and with gadolinium: the meningioma is again seen.",
+            "brain_mri",
+            {"meningioma": "positive"},
+        ),
+        (
+            "Renal ultrasound performed without Doppler: bilateral renal cysts.",
+            "ultrasound",
+            {"renal cyst": "positive"},
+        ),
+        (
+            "A small pneumothorax has developed following chest tube removal.",
+            "chest_xray",
+            {"support devices": "negative", "pneumothorax": "positive"},
+        ),
+        ("The haemorrhagic cyst in the right ovary has involuted.", "ultrasound", {"hemorrhagic cyst": "negative"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):
     for name, status in expected.items():
         entity = decomposer.ontology.find(name, modality)
         assert decomposer.decompose(text, modality, [entity]).status(entity.id) is MentionStatus(status), name
+
+
+def test_labels_naming_one_entity_are_scored_once_or_set_aside(decomposer, tmp_path):
+    """A reader gives each vocabulary entity one status: two labels naming the kidneys are one score
+    when they agree, and none (a listed conflict) when they do not."""
+    path = tmp_path / "labels.jsonl"
+    rows = [
+        {
+            "modality": "ultrasound",
+            "text": "Both kidneys are normal.",
+            "labels": {"right kidney": "negative", "left kidney": "negative"},
+        },
+        {
+            "modality": "ultrasound",
+            "text": "Right kidney: normal. Left kidney: 2 cm simple cyst.",
+            "labels": {"right kidney": "negative", "left kidney": "positive", "renal cyst": "positive"},
+        },
+    ]
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    result = score_labelled_reports(decomposer, path)
+    assert result["labels"] == 2 and result["labels_sharing_an_entity"] == 4
+    assert result["conflicts"] == [
+        {"id": 2, "labels": {"right kidney": "negative", "left kidney": "positive"}, "got": "positive"}
+    ]
+    assert result["status_accuracy"] == 1.0
 
 
 def test_a_bad_labelled_file_names_the_line(tmp_path):
@@ -161,7 +297,7 @@ def test_score_reports_command_gives_the_python_result(decomposer, capsys):
     assert result == {"decomposer": "rule", **score_labelled_reports(decomposer, SETS / "dev.jsonl")}
     assert main(["score-reports", str(SETS / "dev.jsonl"), "--errors", "2"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("rule decomposer, 495 labels: status accuracy")
+    assert printed[0].startswith("rule decomposer, 480 statuses: status accuracy")
     assert sum(line.startswith("  dev-") for line in printed) == 2 and "more errors" in printed[-1]
 
 

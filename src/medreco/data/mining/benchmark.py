@@ -103,34 +103,49 @@ def read_labelled_reports(path: str | Path) -> list[dict]:
 def score_labelled_reports(decomposer: ReportDecomposer, path: str | Path) -> dict:
     """Mention-status accuracy on hand-labelled report text. Each label names a finding or structure
     as a radiologist would (resolved in the decomposer's vocabulary, synonyms included); a name the
-    vocabulary cannot resolve counts as wrong ("unresolved"). Returns overall, per-modality and
-    per-kind accuracy, the confusion and every error."""
+    vocabulary cannot resolve counts as wrong ("unresolved"). A reader gives each vocabulary entity
+    one status, so labels of one excerpt that name the same entity are scored once when they agree,
+    and not at all when they disagree ("right kidney" normal and "left kidney" with a cyst are both
+    the kidneys; "filling defects" seen and "pulmonary embolism" suspected are both the embolism):
+    those are listed under "conflicts". Returns overall, per-modality and per-kind accuracy, the
+    confusion, every error and every conflict."""
     confusion: Counter = Counter()
     by_modality: dict[str, Counter] = defaultdict(Counter)
     by_kind: dict[str, Counter] = defaultdict(Counter)
-    errors = []
+    errors, conflicts = [], []
+    shared = 0
     for row in read_labelled_reports(path):
-        entities = {}
+        groups: dict[str, list[str]] = {}  # entity id (or the name, unresolved) -> its labels' names
+        entities: dict[str, Entity] = {}
         for name in row["labels"]:
             try:
-                entities[name] = decomposer.ontology.find(name, row["modality"])
+                entity = decomposer.ontology.find(name, row["modality"])
             except KeyError:
-                entities[name] = None
-        known = list({e.id: e for e in entities.values() if e is not None}.values())
-        result = decomposer.decompose(row["text"], row["modality"], known)
-        for name, expected in row["labels"].items():
-            entity = entities[name]
-            got = "unresolved" if entity is None else result.statements[entity.id].status.value
+                groups[f"?{name}"] = [name]
+                continue
+            entities[entity.id] = entity
+            groups.setdefault(entity.id, []).append(name)
+        result = decomposer.decompose(row["text"], row["modality"], list(entities.values()))
+        for key, names in groups.items():
+            got = result.statements[key].status.value if key in entities else "unresolved"
+            if len(names) > 1:
+                shared += len(names)
+                if len({row["labels"][name] for name in names}) > 1:
+                    labels = {name: row["labels"][name] for name in names}
+                    conflicts.append({"id": row.get("id", row["line"]), "labels": labels, "got": got})
+                    continue
+            expected = row["labels"][names[0]]
             right = got == expected
             confusion[(expected, got)] += 1
-            for table, key in ((by_modality, row["modality"]), (by_kind, row.get("kind", ""))):
-                table[key]["right" if right else "wrong"] += 1
+            for table, table_key in ((by_modality, row["modality"]), (by_kind, row.get("kind", ""))):
+                table[table_key]["right" if right else "wrong"] += 1
             if not right:
+                label = " / ".join(names)
                 errors.append(
                     {
                         "id": row.get("id", row["line"]),
                         "text": row["text"],
-                        "label": name,
+                        "label": label,
                         "expected": expected,
                         "got": got,
                     }
@@ -144,6 +159,10 @@ def score_labelled_reports(decomposer: ReportDecomposer, path: str | Path) -> di
 
     return {
         "labels": total,
+        # labels that named one entity together with another label of their excerpt (scored once)
+        "labels_sharing_an_entity": shared,
+        # excerpts whose labels give one entity two statuses (not scored)
+        "conflicts": conflicts,
         # over every label (a name the vocabulary lacks counts as wrong)
         "status_accuracy": (total - len(errors)) / total if total else 0.0,
         # over the labels the vocabulary resolves: how well mention statuses are read

@@ -78,13 +78,18 @@ SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]
 CLAUSE_BREAK = re.compile(
     r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|otherwise|despite|nevertheless|besides|"
     r"with the exception of|save for|(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
-    r"to account for|"
+    r"to account for|leaving|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|apart from|aside from|other than|"
-    r"there (?:is|are|has been|have been))\b|;|"
+    r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;()]|"
     r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b",
     re.I,
 )
+_TRIGGER_WORD = re.compile(
+    r"not|no|nor|without|possibl[ey]|probabl[ey]|likely|unlikely|suspected|questionabl[ey]|is|are|was|were|be", re.I
+)
+# A comma before a new grammatical subject ends a pre-trigger's reach ("possibly a node, the lungs are clear").
+_NEW_SUBJECT = re.compile(r",\s+(?=(?:the|there|an?)\b)", re.I)
 # ", and" followed by a new description (not the next item of a negated list) also ends a scope.
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
 
@@ -109,6 +114,14 @@ PSEUDO = [
     r"improved but not resolved",
     r"has not (?:resolved|changed|improved)",
     r"not (?:entirely |completely |fully )resolved",
+    r"(?:does|do|did|has|have) not (?:appear to )?(?:have )?(?:resolved|cleared|regressed|changed)",
+    r"not (?:seen|present|visible|identified|evident|apparent)(?: \w+)? (?:previously|before|on (?:the )?"
+    r"(?:prior|previous|earlier|\d{4})\b[^,;)]*)",
+    r"(?:is|are) not new",
+    r"no (?:\w+ )?response",
+    r"(?:with(?:out)? (?:and|or) )?with(?:out)? (?:iv |intravenous |oral )?(?:contrast|gadolinium|gad)",
+    r"without (?:colou?r |spectral )?doppler",
+    r"with or without",
 ]
 UNCERTAIN_PRE = [
     r"possible",
@@ -166,7 +179,8 @@ UNCERTAIN_PRE = [
     r"equivocal",
     r"borderline",
     r"cannot be (?:differentiated|distinguished) from",
-    r"evaluate for",
+    r"(?:to )?(?:evaluate|assess|look|search|screen) for",
+    r"(?:assessment|evaluation) for",
     r"(?:can be |is |are )?seen (?:with|in)",
     r"attributable to",
     r"thought to (?:represent|be)",
@@ -177,8 +191,11 @@ UNCERTAIN_POST = [
     r"(?:cannot|can ?not) (?:be )?(?:entirely |completely )?(?:excluded|ruled out)",
     r"(?:is|are) not (?:entirely |completely )?(?:excluded|ruled out)",
     r"(?:is|are) (?:possible|suspected|questioned|questionable|not excluded)",
-    r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!due|secondary|related|from|caused)\w+",
-    r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because))",
+    r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!due|secondary|related|from|caused|physiologic|"
+    r"benign|reactive|incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|"
+    r"artifactual)\w+",
+    r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because|physiologic|benign|reactive|"
+    r"incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|artifactual))",
     r"(?:may|could|might) be present",
     r"(?:is|are) (?:also )?considered",
     r"should be considered",
@@ -198,6 +215,10 @@ UNCERTAIN_POST = [
     r"(?:is|are) (?:also )?(?:an? )?(?:alternative |other )?considerations?",
     r"(?:is|are) (?:\w+ )?favou?red",
     r"(?:is|are) in the differential",
+    r"(?:is|are) the (?:main|leading|primary|chief|principal|favou?red|likeliest|most likely) (?:considerations?|"
+    r"differentials?|diagnos[ie]s|possibilit(?:y|ies))",
+    r"(?:(?:is|are|being) )?(?:an? |the )?less (?:likely|favou?red|probable)(?: alternative| possibility| consideration"
+    r"| differential)?",
 ]
 # Alternatives offered right after a mention ("pneumonia versus atelectasis"); unlike the post-triggers
 # above they do not reach back along a list ("opacity, atelectasis versus consolidation").
@@ -266,7 +287,6 @@ NEGATIVE_POST = [
     r"within normal limits|free)",
     r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
     r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely)\w+",
-    r"(?:otherwise )?(?:normal|unremarkable|clear|natural)\b",
     r"not (?:enlarged|dilated|thickened|distended|compressed|displaced|effaced|seen|identified|present|visuali[sz]ed|"
     r"demonstrated|detected)",
     r"(?:has|have) (?:now )?settled",
@@ -282,7 +302,8 @@ NEGATIVE_POST = [
     r"(?:has|have) (?:since )?(?:been )?(?:removed|resected|excised)",
     r"(?:is|are|was|were) (?:since |now )?removed",
     r"(?:is|are) (?:now )?gone",
-    r"(?:has|have) (?:completely )?regressed",
+    r"(?:has|have) (?:completely )?(?:regressed|involuted)",
+    r"removal",
     r"(?:has|have) normali[sz]ed",
     r"(?:is|are) (?:surgically )?absent",
     r"wnl",
@@ -291,10 +312,17 @@ NEGATIVE_POST = [
     r"(?:has|have) not recurred",
     r":\s*(?:none|absent|negative|normal|unremarkable|no|not (?:seen|identified|present))",  # "Ascites: none."
 ]
+# A bare verdict right after the mention ("heart size normal", "lungs clear"), not anywhere after it
+# ("enlarged with loss of its normal lobulation").
+NEGATIVE_NEXT = [
+    r"(?:(?:is|are|was|were|being|appears?|remains?|seems?|looks?|of|within|in|the|a|size|sized|calib(?:er|re)|otherwise|"
+    r"overall|entirely|completely|essentially|grossly|again|now|still|both|all|also|and)\s+){0,4}"
+    r"(?:normal|unremarkable|clear|natural)"
+]
 # An anatomical structure is abnormal only when the text says how; mentioned plainly it is normal.
 ABNORMAL_CUE = re.compile(
-    r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|distend\w+|distension|heterogene\w+|coarse\w*|echogenic|"
-    r"hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
+    r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|(?<!well )(?<!well-)distend\w+|distension|"
+    r"heterogene\w+|coarse\w*|echogenic|hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
     r"hyperinflat\w+|hyperexpan\w+|opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
     r"hyperdens\w+|hyperintens\w+|hypointens\w+|lesions?|mass(?:es)?|cysts?|stones?|calcul\w+|fluid|collections?|"
     r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
@@ -303,6 +331,18 @@ ABNORMAL_CUE = re.compile(
     r"fractur\w+|contus\w+|granulom\w+|steato\w+|fatty|laceration|rupture\w*|injur\w+)\b",
     re.I,
 )
+
+
+_NEGATION_BEFORE = re.compile(r"\b(?:no|not|without|non|negative for|free of|nor)\W+(?:\w+\W+){0,2}$", re.I)
+
+
+def _abnormal_words(text: str) -> bool:
+    """Whether a text says how something is abnormal: an ABNORMAL_CUE word not negated by one of the
+    three words before it ("not enlarged by size criteria", "no aggressive lesion" say nothing)."""
+    return any(
+        not _NEGATION_BEFORE.search(text[max(0, match.start() - 60) : match.start()])
+        for match in ABNORMAL_CUE.finditer(text)
+    )
 
 
 def _compile(patterns: list[str]) -> re.Pattern:
@@ -315,9 +355,20 @@ _UNCERTAIN_PRE, _UNCERTAIN_POST = _compile(UNCERTAIN_PRE), _compile(UNCERTAIN_PO
 _UNCERTAIN_NEXT = _compile(UNCERTAIN_NEXT)
 _NEGATIVE_PRE, _NEGATIVE_POST = _compile(NEGATIVE_PRE), _compile(NEGATIVE_POST)
 _NEGATIVE_ADJACENT = _compile(NEGATIVE_ADJACENT)
+_NEGATIVE_NEXT = _compile(NEGATIVE_NEXT)
 _LEVEL_PRIORITY = {"abnormal": 0, "disease": 1, "anatomy": 2}
 _OTHER_MENTION = "\u00a7"  # stands for another entity's mention inside a trigger's window
 _LIST_WORDS = {_OTHER_MENTION, "", "or", "and", "nor"}
+# Findings offered as alternatives: "A or B", "either A or B", "A, B, or C" (a negation or hedge, when
+# there is one, decides); what follows a mention, and what precedes one, with other mentions as marks.
+_FILLER = (
+    r"(?:(?:an?|the)\s+)?(?:(?!(?:without|with|and|or|nor|no|not|may|might|could|can|represents?|reflects?|is|are|"
+    r"was|were|be|includ\w*|suggest\w*|possibly|likely|probably|due|in|of|to|for|from|at|on)\b)[\w-]+\s+){0,2}"
+)
+_ALTERNATIVE_AFTER = re.compile(
+    rf"(?:\s*,\s*{_FILLER}{_OTHER_MENTION})*\s*,?\s*(?:and/)?or\s+(?:possibly\s+)?{_FILLER}{_OTHER_MENTION}", re.I
+)
+_ALTERNATIVE_BEFORE = re.compile(rf"{_OTHER_MENTION}\s*,?\s*(?:and/)?or\s+(?:possibly\s+)?{_FILLER}$", re.I)
 # "Differential for <subject> includes A, B": the subject is what was seen, the list is uncertain.
 _DIFFERENTIAL_FOR = re.compile(
     r"\b(?:differential(?: diagnos[ie]s| considerations?)?|ddx|(?:diagnostic )?considerations|possibilities)\s+"
@@ -374,8 +425,25 @@ class _Matcher:
     starts: frozenset[str] | None
 
 
+@dataclass(frozen=True)
+class _MatcherSet:
+    """A set of entities' matchers, indexed by the word starts that can begin a match: a sentence
+    is searched only with the matchers one of its words could begin (and those always searched)."""
+
+    matchers: tuple[_Matcher, ...]
+    always: tuple[int, ...]
+    by_start: dict[str, tuple[int, ...]]
+
+    def relevant(self, sentence: str) -> list[_Matcher]:
+        """The matchers worth running on a sentence, in their original order."""
+        indices = set(self.always)
+        for start in _sentence_starts(sentence):
+            indices.update(self.by_start.get(start, ()))
+        return [self.matchers[i] for i in sorted(indices)]
+
+
 @functools.lru_cache(maxsize=16)
-def _compiled_matchers(entities: tuple[Entity, ...]) -> tuple[_Matcher, ...]:
+def _compiled_matchers(entities: tuple[Entity, ...]) -> _MatcherSet:
     """The matchers of a set of entities, compiled once per process (a family's vocabulary compiles
     in seconds; decomposers are made per worker, per test, per call)."""
     matchers = []
@@ -389,7 +457,12 @@ def _compiled_matchers(entities: tuple[Entity, ...]) -> tuple[_Matcher, ...]:
                     body = "|".join(f"(?:{phrase_pattern(p)})" for p in group)
                     pattern = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I)
                     matchers.append(_Matcher(pattern, entity, needs, starts))
-    return tuple(matchers)
+    by_start: dict[str, list[int]] = {}
+    for index, matcher in enumerate(matchers):
+        for start in matcher.starts or ():
+            by_start.setdefault(start, []).append(index)
+    always = tuple(i for i, matcher in enumerate(matchers) if matcher.starts is None)
+    return _MatcherSet(tuple(matchers), always, {k: tuple(v) for k, v in by_start.items()})
 
 
 def _american(word: str) -> str:
@@ -427,18 +500,15 @@ class RuleBasedDecomposer(ReportDecomposer):
         super().__init__(ontology)
         self.window = window
 
-    def _matchers(self, entities: list[Entity]) -> tuple[_Matcher, ...]:
-        return _compiled_matchers(tuple(entities))
-
-    def find_mentions(self, sentence: str, entities: list[Entity], heading: str = "") -> list[tuple[int, int, Entity]]:
+    def find_mentions(
+        self, sentence: str, entities: list[Entity] | _MatcherSet, heading: str = ""
+    ) -> list[tuple[int, int, Entity]]:
         """Entity mentions in a sentence: longest first, then phrasings that need their context (the
         organ named in the sentence, or in the `heading` of a structured report's line such as
         "Liver:"), then the more specific entity; no overlaps."""
+        matcher_set = entities if isinstance(entities, _MatcherSet) else _compiled_matchers(tuple(entities))
         candidates = []
-        present = _sentence_starts(sentence)
-        for matcher in self._matchers(entities):
-            if matcher.starts is not None and matcher.starts.isdisjoint(present):
-                continue  # none of its phrasings' first words is in the sentence
+        for matcher in matcher_set.relevant(sentence):
             context = matcher.context
             if context is not None and not (context.search(sentence) or (heading and context.search(heading))):
                 continue
@@ -471,12 +541,24 @@ class RuleBasedDecomposer(ReportDecomposer):
         status = self._pre_status(before, masked[clause_start:start]) or self._post_status(
             masked, end, clause_end, mentions
         )
+        alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
+        if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
+            return MentionStatus.UNCERTAIN
         if status is MentionStatus.POSITIVE and entity is not None and entity.level == "anatomy":
             clause = list(masked[clause_start:clause_end])
             for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
                 if other is not entity and clause_start <= other_start and other_end <= clause_end:
                     clause[other_start - clause_start : other_end - clause_start] = " " * (other_end - other_start)
-            if not ABNORMAL_CUE.search("".join(clause)):
+            if not _abnormal_words("".join(clause)):
+                # "an intimal flap in the descending aorta": the structure is as its finding is
+                findings = [
+                    self.mention_status(sentence, other_start, other_end, mentions, other)
+                    for other_start, other_end, other in mentions
+                    if other.level != "anatomy" and clause_start <= other_start and other_end <= clause_end
+                ]
+                for found in (MentionStatus.POSITIVE, MentionStatus.UNCERTAIN):
+                    if found in findings:
+                        return found
                 return MentionStatus.NEGATIVE
         return status
 
@@ -488,6 +570,9 @@ class RuleBasedDecomposer(ReportDecomposer):
             if clause_start <= other_start and other_end <= start:
                 local = other_start - clause_start, other_end - clause_start
                 text = text[: local[0]] + f" {_OTHER_MENTION} " + text[local[1] :]
+        new_subject = list(_NEW_SUBJECT.finditer(text))
+        if new_subject:  # "favoured to be a lymph node, the lungs are clear"
+            text = text[new_subject[-1].end() :]
         for match in reversed(list(_AND_CLAUSE.finditer(text))):
             following = [w for w in text[match.end() :].split() if w != _OTHER_MENTION]
             if len(following) >= 2:
@@ -513,15 +598,32 @@ class RuleBasedDecomposer(ReportDecomposer):
         text = _NEW_DESCRIPTION.split(text, maxsplit=1)[0]
         immediate = text.split(_OTHER_MENTION)[0]
         words = text.split()
-        while words and (words[0] == _OTHER_MENTION or words[0].strip(",/") in ("", "or", "and", "nor")):
-            words.pop(0)
+        while words:
+            if words[0] == _OTHER_MENTION or words[0].strip(",/") in ("", "or", "and", "nor"):
+                words.pop(0)
+            elif _OTHER_MENTION in words[1:3] and all(
+                w.isalpha() and not _TRIGGER_WORD.fullmatch(w) for w in words[: words.index(_OTHER_MENTION)]
+            ):
+                del words[: words.index(_OTHER_MENTION)]  # a listed mention's own modifiers ("atypical")
+            else:
+                break
         listed = " ".join(words).split(_OTHER_MENTION)[0]
-        if any(
-            pattern.search(immediate[:80]) for pattern in (_UNCERTAIN_POST, _UNCERTAIN_NEXT)
-        ) or _UNCERTAIN_POST.search(listed[:80]):
+        if (
+            _UNCERTAIN_POST.search(immediate[:80])
+            or _UNCERTAIN_NEXT.match(immediate.lstrip(" ,"))
+            or _UNCERTAIN_NEXT.match(re.sub(r"^\s*[\w-]+\s+", "", immediate))  # "UIP pattern versus NSIP"
+            or _UNCERTAIN_POST.search(listed[:80])
+        ):
             return MentionStatus.UNCERTAIN
-        if _NEGATIVE_POST.search(immediate[:60]) or _NEGATIVE_POST.search(listed[:60]):
+        if (
+            _NEGATIVE_POST.search(immediate[:80])
+            or _NEGATIVE_POST.search(listed[:60])
+            or _NEGATIVE_NEXT.match(immediate.lstrip(" ,:"))
+            or _NEGATIVE_NEXT.match(listed)
+        ):
             return MentionStatus.NEGATIVE
+        if _ALTERNATIVE_AFTER.match(text):  # "a bulla or a loculated pneumothorax", "A, B or C"
+            return MentionStatus.UNCERTAIN
         return MentionStatus.POSITIVE
 
     def _pre_status(self, before: str, clause_before: str) -> MentionStatus | None:
@@ -560,36 +662,48 @@ class RuleBasedDecomposer(ReportDecomposer):
         # spans are resolved against the whole family (so "effusion" inside "pericardial effusion"
         # is not read as a pleural effusion), then only the requested entities are reported
         matching = list({e.id: e for e in [*family_entities, *entities]}.values())
+        matchers = _compiled_matchers(tuple(matching))
         sections = split_sections(report)
         read = [sections[name] for name in READ_SECTIONS if name in sections] or [sections.get("body", "")]
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
+        said_normal: set[str] = set()  # structures the report itself calls normal
+        said_otherwise: set[str] = set()  # ... or abnormal / possibly abnormal
         otherwise_normal: set[str] = set()  # "the lungs are otherwise clear": normal but for what was named
         for text in read:
             heading = ""
             for sentence in split_sentences(text):
                 heading = _heading(sentence) or heading
-                mentions = self.find_mentions(sentence, matching, heading)
+                mentions = self.find_mentions(sentence, matchers, heading)
                 statuses = [self.mention_status(sentence, s, e, mentions, entity) for s, e, entity in mentions]
                 statuses = _structures_in_context(sentence, mentions, _hedged_evidence(sentence, mentions, statuses))
                 for (start, end, entity), status in zip(mentions, statuses):
                     if (
                         entity.level == "anatomy"
                         and status is MentionStatus.NEGATIVE
-                        and _OTHERWISE.search(sentence[max(0, start - 40) : end + 40])
+                        and (
+                            _OTHERWISE.search(sentence[max(0, start - 40) : end + 40])
+                            or ((leading := _EXCEPT_LEADING.match(sentence)) and start >= leading.end())
+                        )
                     ):
                         otherwise_normal.add(entity.id)
                     anatomy = self.ontology.anatomy_of(entity) if entity.level == "abnormal" else None
                     targets = [entity.id] + ([anatomy.id] if anatomy is not None else [])
+                    if entity.level == "anatomy":
+                        (said_normal if status is MentionStatus.NEGATIVE else said_otherwise).add(entity.id)
                     for target in (t for t in targets if t in by_id):
                         found.setdefault(target, []).append(status)
                         if sentence not in statements[target].sentences:
                             statements[target].sentences.append(sentence)
         for entity_id, statuses in found.items():
-            statements[entity_id].status = (
-                MentionStatus.NEGATIVE if entity_id in otherwise_normal else aggregate_status(statuses)
-            )
+            status = aggregate_status(statuses)
+            # "Mediastinum: normal. Hila: prominent, possibly adenopathy": a possibility in a structure
+            # does not overrule the report calling it normal; a finding seen there does
+            called_normal = entity_id in said_normal and entity_id not in said_otherwise
+            if entity_id in otherwise_normal or (called_normal and status is MentionStatus.UNCERTAIN):
+                status = MentionStatus.NEGATIVE
+            statements[entity_id].status = status
         return ReportDecomposition(family, sections, statements)
 
 
@@ -604,6 +718,10 @@ def _heading(sentence: str) -> str:
 
 
 _OTHERWISE = re.compile(r"\botherwise\b", re.I)
+# "Apart from a small nodule, the lungs are clear": the organ is normal but for what was named.
+_EXCEPT_LEADING = re.compile(
+    r"^\s*(?:apart from|aside from|except for|other than|with the exception of|save for|besides)\b[^,;]*,", re.I
+)
 
 
 def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
@@ -619,13 +737,28 @@ def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus
         others = [status for j, status in enumerate(statuses) if j != i]
         if _NEGATIVE_POST.match(line.strip()):
             statuses[i] = MentionStatus.NEGATIVE
-        elif MentionStatus.POSITIVE in others or ABNORMAL_CUE.search(line):
+        elif MentionStatus.POSITIVE in others or _abnormal_words(
+            _blank_negated(sentence, heading.end(), mentions, statuses)
+        ):
             statuses[i] = MentionStatus.POSITIVE
         elif MentionStatus.UNCERTAIN in others:
             statuses[i] = MentionStatus.UNCERTAIN
         else:
             statuses[i] = MentionStatus.NEGATIVE
     return statuses
+
+
+def _blank_negated(sentence: str, offset: int, mentions, statuses: list[MentionStatus]) -> str:
+    """`sentence[offset:]` with the negated mentions blanked (their words say nothing of the organ)."""
+    text = list(sentence)
+    for (start, end, _), status in zip(mentions, statuses):
+        if status is MentionStatus.NEGATIVE:
+            text[start:end] = " " * (end - start)
+    return "".join(text)[offset:]
+
+
+# Between a finding and a hedged naming of it, words that make the naming an alternative, not the finding's name.
+_ALTERNATIVES = re.compile(r";|\b(?:differential|ddx|includ\w*|considerations?|versus|vs|alternatives?)\b", re.I)
 
 
 def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
@@ -636,7 +769,8 @@ def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> 
         if statuses[i] is not MentionStatus.POSITIVE:
             continue
         for (later_start, _, other), status in zip(mentions[i + 1 :], statuses[i + 1 :]):
-            if other.id == entity.id and status is MentionStatus.UNCERTAIN and ";" not in sentence[end:later_start]:
+            between = sentence[end:later_start]
+            if other.id == entity.id and status is MentionStatus.UNCERTAIN and not _ALTERNATIVES.search(between):
                 statuses[i] = MentionStatus.UNCERTAIN
                 break
     return statuses

@@ -154,6 +154,7 @@ class Ontology:
     def __init__(self, entities: list[Entity], family_modalities: dict[str, list[str]]):
         self._entities = {entity.id: entity for entity in entities}
         self.family_modalities = family_modalities
+        self._anatomy: dict[tuple[str, str], Entity] | None = None  # (family, name) -> structure, built on use
 
     @classmethod
     def load(cls, extra: str | Path | None = None, paper_only: bool = False) -> Ontology:
@@ -212,6 +213,7 @@ class Ontology:
                     contextual=tuple(dict.fromkeys(known.contextual + entity.contextual)),
                 )
             self._entities[entity.id] = entity
+            self._anatomy = None
 
     def __len__(self) -> int:
         return len(self._entities)
@@ -274,10 +276,11 @@ class Ontology:
         """The anatomy entity an abnormal finding sits in, if the same family lists it."""
         if entity.anatomy is None:
             return None
-        for candidate in self.entities(entity.family, "anatomy"):
-            if candidate.name.lower() == entity.anatomy.lower():
-                return candidate
-        return None
+        if self._anatomy is None:
+            self._anatomy = {}
+            for candidate in reversed(self.entities(level="anatomy")):  # the first listed wins, as before
+                self._anatomy[(candidate.family, candidate.name.lower())] = candidate
+        return self._anatomy.get((entity.family, entity.anatomy.lower()))
 
 
 def entity_prompts() -> dict[str, str]:
