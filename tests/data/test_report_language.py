@@ -1,11 +1,11 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds six sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds eight sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl` to `dev5.jsonl` are development sets (the rules and the vocabulary were tuned on them;
-dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 was
-written to the labelling guide in docs/mining.md), `test.jsonl` is held out (never tuned on, its
-errors never read).
+`dev.jsonl` to `dev6.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 and
+dev6 were written to the labelling guide in docs/mining.md), `test.jsonl` and `test2.jsonl` are held
+out (never tuned on, their errors never read; test2 was written to the guide and scored once).
 See docs/mining.md, "How well it reads real reports"."""
 
 import json
@@ -18,7 +18,15 @@ from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecompose
 from medreco.errors import TextFileError
 
 SETS = Path(__file__).parent / "report_language"
-DEVELOPMENT = {"dev.jsonl": 240, "dev2.jsonl": 300, "dev3.jsonl": 300, "dev4.jsonl": 450, "dev5.jsonl": 398}
+DEVELOPMENT = {
+    "dev.jsonl": 240,
+    "dev2.jsonl": 300,
+    "dev3.jsonl": 300,
+    "dev4.jsonl": 450,
+    "dev5.jsonl": 398,
+    "dev6.jsonl": 389,
+}
+HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -28,12 +36,13 @@ def decomposer():
 
 
 def test_the_sets_are_large_and_cover_every_family():
-    for name, minimum in {**DEVELOPMENT, "test.jsonl": 380}.items():
+    for name, minimum in {**DEVELOPMENT, **HELD_OUT}.items():
         rows = read_labelled_reports(SETS / name)
         assert len(rows) >= minimum
         assert {r["modality"] for r in rows} == FAMILIES
     development = {r["text"].lower() for name in DEVELOPMENT for r in read_labelled_reports(SETS / name)}
-    assert not development & {r["text"].lower() for r in read_labelled_reports(SETS / "test.jsonl")}  # held out
+    for name in HELD_OUT:  # held out: no line of a development set
+        assert not development & {r["text"].lower() for r in read_labelled_reports(SETS / name)}
 
 
 @pytest.mark.parametrize(
@@ -42,8 +51,9 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev.jsonl", 0.99, 0.98),
         ("dev2.jsonl", 0.99, 0.99),
         ("dev3.jsonl", 0.97, 0.99),
-        ("dev4.jsonl", 0.96, 0.98),
-        ("dev5.jsonl", 0.94, 0.95),
+        ("dev4.jsonl", 0.965, 0.98),
+        ("dev5.jsonl", 0.955, 0.95),
+        ("dev6.jsonl", 0.96, 0.87),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
@@ -52,14 +62,19 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     assert result["vocabulary_coverage"] >= coverage
 
 
-def test_held_out_set_is_scored_and_does_not_regress(decomposer):
-    """The target is 95%; the held-out set is read at 93.8% (statuses of entities the vocabulary
-    resolves; 91.1% counting names it lacks; never tuned on) and this guards against regression:
-    README and docs/mining.md give the numbers."""
-    result = score_labelled_reports(decomposer, SETS / "test.jsonl")
-    assert result["labels"] >= 900
-    assert result["status_accuracy_resolved"] >= 0.935
-    assert result["vocabulary_coverage"] >= 0.97
+@pytest.mark.parametrize(
+    ("name", "accuracy", "coverage"),
+    [("test.jsonl", 0.94, 0.97), ("test2.jsonl", 0.93, 0.90)],
+)
+def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
+    """The target is 95%; the held-out sets are read at 94.4% (test) and 93.1% (test2, scored once)
+    on the statuses of entities the vocabulary resolves (91.7% and 84.3% counting the names it
+    lacks; never tuned on): this guards against regression. README and docs/mining.md give the
+    numbers."""
+    result = score_labelled_reports(decomposer, SETS / name)
+    assert result["labels"] >= 840
+    assert result["status_accuracy_resolved"] >= accuracy
+    assert result["vocabulary_coverage"] >= coverage
     assert set(result["by_modality"]) == FAMILIES
 
 
@@ -249,6 +264,81 @@ def test_held_out_set_is_scored_and_does_not_regress(decomposer):
             {"support devices": "negative", "pneumothorax": "positive"},
         ),
         ("The haemorrhagic cyst in the right ovary has involuted.", "ultrasound", {"hemorrhagic cyst": "negative"}),
+        # round 5: a verb after a modifying phrase is about the subject, not the finding inside the phrase
+        (
+            "The oedema around the resected metastasis has resolved.",
+            "brain_mri",
+            {"vasogenic edema": "negative", "brain metastases": "positive"},
+        ),
+        # "has resolved" is the subject's; what follows it is not negated
+        (
+            "The left hydronephrosis has resolved following nephrostomy tube placement.",
+            "ultrasound",
+            {"hydronephrosis": "negative"},
+        ),
+        # a procedure after "following"/"after" and "s/p" start a new clause
+        (
+            "No pneumothorax after placement of a left chest tube.",
+            "chest_xray",
+            {"pneumothorax": "negative", "support devices": "positive"},
+        ),
+        # a lowercase sentence after a full stop is a new clause
+        ("No focal consolidation. s/p CABG.", "chest_xray", {"coronary artery bypass graft": "positive"}),
+        # "is otherwise normal" is the predicate, not a new clause
+        ("The small bowel is otherwise normal in calibre.", "abdominal_ct", {"bowel obstruction": "negative"}),
+        # after a negation, "and" before a grade or an article starts a new, positive item
+        (
+            "Cirrhotic liver, no portal vein thrombosis and moderate ascites.",
+            "abdominal_ct",
+            {"portal vein thrombosis": "negative", "ascites": "positive"},
+        ),
+        (
+            "No pleural effusion and a 9 mm nodule in the right upper lobe.",
+            "chest_ct",
+            {"pleural effusion": "negative", "pulmonary nodule": "positive"},
+        ),
+        # ... but not in a list of possibilities
+        (
+            "Considerations include sarcoidosis and a lymphoma.",
+            "chest_ct",
+            {"sarcoidosis": "uncertain", "lymphoma": "uncertain"},
+        ),
+        # a new subject after "and": "not present, and the shunt ..."
+        (
+            "Hydrocephalus is not present, and the ventricular shunt terminates in the frontal horn.",
+            "brain_mri",
+            {"hydrocephalus": "negative", "ventricular shunt": "positive"},
+        ),
+        # "the main differentials are", "as alternatives", "correlation for"
+        (
+            "Hilar node enlargement; the main differentials are sarcoidosis and lymphoma.",
+            "chest_ct",
+            {"sarcoidosis": "uncertain", "lymphoma": "uncertain"},
+        ),
+        (
+            "Ring-enhancing lesion; abscess is favoured, with glioblastoma and metastasis as alternatives.",
+            "brain_mri",
+            {"glioblastoma": "uncertain", "brain metastases": "uncertain"},
+        ),
+        # "X is favoured to represent Y": X was seen, Y is the possibility; "favour A over B": B is not
+        (
+            "The left basal opacity is favoured to represent atelectasis.",
+            "chest_xray",
+            {"lung opacity": "positive", "atelectasis": "uncertain"},
+        ),
+        ("We favour post-treatment change over tumour recurrence.", "brain_mri", {"tumor recurrence": "negative"}),
+        # "no resolution of" is not a resolution; "has also cleared" is
+        ("There is no resolution of the cavitating lesion.", "chest_ct", {"cavity": "positive"}),
+        ("The pleural effusion has also cleared.", "chest_ct", {"pleural effusion": "negative"}),
+        # "top-normal" is normal; "intact" negates a structure, not a device
+        ("The common bile duct is top-normal at 6 mm.", "abdominal_ct", {"common bile duct": "negative"}),
+        ("Intact sternotomy wires.", "chest_xray", {"sternotomy wires": "positive"}),
+        # a later mention inside a location ("of the plaque") is not a hedged naming of the finding
+        (
+            "Calcified plaque at the carotid bulb with possible ulceration of the plaque surface.",
+            "ultrasound",
+            {"carotid plaque": "positive"},
+        ),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

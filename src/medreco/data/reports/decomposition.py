@@ -76,12 +76,18 @@ READ_SECTIONS = ("findings", "impression", "impressions", "conclusion", "conclus
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]\s)|\n(?=[A-Z])")
 # Where a trigger's scope ends: the clause (NegEx "termination terms" among these).
 CLAUSE_BREAK = re.compile(
-    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|otherwise|despite|nevertheless|besides|"
+    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|despite|nevertheless|besides|"
+    r"(?<!is )(?<!are )(?<!was )(?<!were )(?<!appears )(?<!appear )(?<!remains )(?<!remain )(?<!be )otherwise|"
+    r"status post|s/p|(?:following|after)(?=\s+(?:the\s+|an?\s+|recent\s+|interval\s+|prior\s+)?(?:[\w-]+\s+){0,3}?"
+    r"(?:placement|insertion|removal|repositioning|exchange|advancement|withdrawal|surgery|resection|procedure|"
+    r"biopsy|drainage|thoracentesis|paracentesis|intubation|extubation|treatment|therapy|chemotherapy|"
+    r"radiotherapy|radiation|emboli[sz]ation|ablation|repair|operation|stenting|stent)\b)|"
     r"with the exception of|save for|(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
     r"to account for|leaving|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|apart from|aside from|other than|"
     r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;()]|"
+    r"(?<!\bvs)(?<!\bv)(?<!\be\.g)(?<!\bi\.e)(?<!\bapprox)(?<!\bincl)(?<!\bcf)(?<!\bdr)(?<!\bno)(?<!\bfig)\.(?=\s)|"
     r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b",
     re.I,
 )
@@ -90,8 +96,29 @@ _TRIGGER_WORD = re.compile(
 )
 # A comma before a new grammatical subject ends a pre-trigger's reach ("possibly a node, the lungs are clear").
 _NEW_SUBJECT = re.compile(r",\s+(?=(?:the|there|an?)\b)", re.I)
+# After a negation, "and" (or a comma) before an article, a size or a grade starts a new, positive item
+# ("no portal vein thrombosis and moderate ascites"); in a list of possibilities it does not.
+_NEW_ITEM = re.compile(
+    r"(?:,\s*|\s+)(?:and|but)\s+(?=(?:the|there|an?|\d[\d.]*\s*(?:mm|cm)|mild|moderate|"
+    r"small|large|minor|trace|minimal|severe|marked|extensive|new|multiple|several|scattered|stable|persistent)\b)|"
+    r",\s+(?=(?:\d[\d.]*\s*(?:mm|cm)|mild|moderate|minor|trace|minimal|severe|marked|extensive)\b)",
+    re.I,
+)
+
+
+def _last_trigger_negates(text: str) -> bool:
+    """Whether the last pre-trigger in a text is a negation (not a possibility)."""
+    negations = [m.end() for m in _NEGATIVE_PRE.finditer(text)]
+    possibilities = [m.end() for m in _UNCERTAIN_PRE.finditer(text)]
+    return bool(negations) and max(negations) > max(possibilities, default=-1)
+
+
 # ", and" followed by a new description (not the next item of a negated list) also ends a scope.
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
+
+# "Appearances favour scarring over active infection": "over" after "favour" works as "rather than".
+_FAVOURED_OVER = re.compile(r"(\bfavou?r\w*\b[^;.]{1,80}?\s)over(?=\s)", re.I)
+_FAVOURED_OVER_MARK = "\u00ac" * 4
 
 # Phrases that look like negation or uncertainty but are neither (NegEx "pseudo-triggers").
 PSEUDO = [
@@ -107,6 +134,7 @@ PSEUDO = [
     r"(?:has|have) (?:nearly|largely|partially|almost) resolved",
     r"(?:recommend|attempted|incomplete) removal of",
     r"not significantly changed",
+    r"(?:no|without|not yet|incomplete) (?:\w+ )?(?:resolution|clearing|clearance|regression) of",
     r"without (?:significant |interval )?change",
     r"no (?:significant |interval |further |substantial )*(?:increase|decrease|enlargement|progression|growth)",
     r"not only",
@@ -163,7 +191,9 @@ UNCERTAIN_PRE = [
     r"(?:cannot|can ?not) (?:be )?(?:excluded?|ruled out)",
     r"can ?not (?:exclude|rule out)",
     r"(?:is |are )?not (?:entirely |completely |definitely )?(?:excluded|ruled out)",
-    r"differential(?: diagnos[ie]s| considerations?)?(?: would)?(?: includes?| include| is)?",
+    r"(?:(?:main|leading|principal|chief|other) )?differentials?(?: diagnos[ie]s| considerations?)?(?: would)?"
+    r"(?: includes?| include| is| are)?",
+    r"(?:clinical )?correlat\w+ (?:for|with)",
     r"(?:diagnostic )?(?:considerations?|possibilities) (?:would )?(?:includes?|are)",
     r"ddx",
     r"to suggest",
@@ -183,6 +213,7 @@ UNCERTAIN_PRE = [
     r"(?:assessment|evaluation) for",
     r"(?:can be |is |are )?seen (?:with|in)",
     r"attributable to",
+    r"attributed to(?! (?:the patient's|known|his|her|their)\b)",
     r"thought to (?:represent|be)",
     r"consider",
     r"r/o",
@@ -213,8 +244,9 @@ UNCERTAIN_POST = [
     r"if (?:present|any)",
     r"not (?:entirely )?excluded",
     r"(?:is|are) (?:also )?(?:an? )?(?:alternative |other )?considerations?",
-    r"(?:is|are) (?:\w+ )?favou?red",
+    r"(?:is|are) (?:\w+ )?favou?red(?! to (?:represent|be|reflect|indicate))",
     r"(?:is|are) in the differential",
+    r"as (?:an? |other |less likely |possible )?(?:alternatives?|differentials?|possibilit(?:y|ies)|considerations?)",
     r"(?:is|are) the (?:main|leading|primary|chief|principal|favou?red|likeliest|most likely) (?:considerations?|"
     r"differentials?|diagnos[ie]s|possibilit(?:y|ies))",
     r"(?:(?:is|are|being) )?(?:an? |the )?less (?:likely|favou?red|probable)(?: alternative| possibility| consideration"
@@ -253,7 +285,7 @@ NEGATIVE_PRE = [
     r"absent",
     r"no (?:evidence|sign|signs|findings|definite|convincing|suspicious|acute|focal|new|residual) (?:of|to suggest)",
     r"resolution of",
-    r"resolved",
+    r"(?<!has )(?<!have )(?<!had )(?<!is )(?<!are )(?<!was )(?<!were )resolved",
     r"rules out",
     r"ruled out",
     r"neither",
@@ -262,6 +294,7 @@ NEGATIVE_PRE = [
     r"denied",
     r"rather than",
     r"instead of",
+    _FAVOURED_OVER_MARK,
     r"removal of",
     r"interval removal of",
 ]
@@ -273,12 +306,12 @@ NEGATIVE_ADJACENT = [
     r"normal[- ]calib(?:er|re)",
     r"unremarkable",
     r"clear(?! cell)",
-    r"intact",
-    r"patent",
-    r"preserved",
 ]
+# ... and, these, only before a structure ("intact bones"; "intact sternal wires" are in place, and
+# "patent foramen ovale" is a finding)
+STRUCTURE_NEGATIVE_ADJACENT = [r"intact", r"patent", r"preserved"]
 NEGATIVE_POST = [
-    r"(?:has|have) (?:since |now |completely )?resolved",
+    r"(?:has|have) (?:since |now |also |completely |entirely )*resolved",
     r"resolved",
     r"(?:is|are|was|were|has|have) (?:been )?(?:now |again |currently )?(?:not|no longer) (?:\w+ )?"
     r"(?:seen|present|identified|visuali[sz]ed|appreciated|evident|enlarged|dilated|demonstrated|detected|noted|appreciable|visible|apparent|recurred|thickened)",
@@ -290,8 +323,9 @@ NEGATIVE_POST = [
     r"not (?:enlarged|dilated|thickened|distended|compressed|displaced|effaced|seen|identified|present|visuali[sz]ed|"
     r"demonstrated|detected)",
     r"(?:has|have) (?:now )?settled",
-    r"(?:has|have) (?:since |now |completely |nearly )?(?:cleared|passed|disappeared|gone)",
+    r"(?:has|have) (?:since |now |also |completely |nearly |entirely )*(?:cleared|passed|disappeared|gone)",
     r"within normal limits",
+    r"(?:is|are|remains?) (?:at the )?(?:top|upper|high)[- ](?:normal|limits? of normal)",
     r"(?:is|are) not (?:enlarged|dilated|thickened|distended)",
     r"(?:has|have) normal",
     r"(?:top[- ])?normal in (?:size|caliber|calibre|appearance|attenuation|echogenicity|signal|thickness)",
@@ -355,6 +389,7 @@ _UNCERTAIN_PRE, _UNCERTAIN_POST = _compile(UNCERTAIN_PRE), _compile(UNCERTAIN_PO
 _UNCERTAIN_NEXT = _compile(UNCERTAIN_NEXT)
 _NEGATIVE_PRE, _NEGATIVE_POST = _compile(NEGATIVE_PRE), _compile(NEGATIVE_POST)
 _NEGATIVE_ADJACENT = _compile(NEGATIVE_ADJACENT)
+_STRUCTURE_NEGATIVE_ADJACENT = _compile(NEGATIVE_ADJACENT + STRUCTURE_NEGATIVE_ADJACENT)
 _NEGATIVE_NEXT = _compile(NEGATIVE_NEXT)
 _LEVEL_PRIORITY = {"abnormal": 0, "disease": 1, "anatomy": 2}
 _OTHER_MENTION = "\u00a7"  # stands for another entity's mention inside a trigger's window
@@ -386,6 +421,19 @@ def _mask_differential_subjects(masked: str) -> str:
         masked = masked[: match.start()] + " " * (verb_start - match.start()) + trigger + masked[match.end() :]
     return masked
 
+
+# A phrase modifying the mention before it ("the oedema surrounding the metastasis"): a verb after
+# the phrase is about that subject, not about the finding inside the phrase.
+_MODIFIERS = (
+    r"(?:surrounding|around|adjacent to|near|abutting|involving|within|in|at|from|along|associated with|"
+    r"related to|at the site of|of|on|arising from|underlying)"
+)
+_MODIFIER_WORDS = (
+    r"(?:(?!(?:is|are|was|were|has|have|had|may|might|could|can|represents?|reflects?|suggest\w*|likely|possibly|"
+    r"probably|not|no|and|or|nor|with|without)\b)[\w'/.-]+\s+){0,4}"
+)
+_MODIFIER_PHRASE = re.compile(rf"^\s*{_MODIFIERS}\s+{_MODIFIER_WORDS}{_OTHER_MENTION}", re.I)
+_IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}$", re.I)
 
 # After a mention, a comma opening a new description ends its post-triggers' reach
 # ("a granuloma in the right upper lobe, the lung is otherwise normal").
@@ -534,13 +582,17 @@ class RuleBasedDecomposer(ReportDecomposer):
         do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
         mentioned anatomical structure reads as normal."""
         masked = _mask_differential_subjects(_PSEUDO.sub(lambda m: " " * len(m.group()), sentence))
+        masked = _FAVOURED_OVER.sub(lambda m: m.group(1) + _FAVOURED_OVER_MARK, masked)
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
         before = self._window_before(masked, clause_start, start, mentions)
-        status = self._pre_status(before, masked[clause_start:start]) or self._post_status(
-            masked, end, clause_end, mentions
-        )
+        structure = entity is not None and entity.level == "anatomy"
+        status = self._pre_status(before, masked[clause_start:start], structure)
+        if status is None:
+            # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
+            in_modifier = entity is not None and entity.level != "anatomy" and _IN_MODIFIER.search(before + " ")
+            status = MentionStatus.POSITIVE if in_modifier else self._post_status(masked, end, clause_end, mentions)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
@@ -573,6 +625,9 @@ class RuleBasedDecomposer(ReportDecomposer):
         new_subject = list(_NEW_SUBJECT.finditer(text))
         if new_subject:  # "favoured to be a lymph node, the lungs are clear"
             text = text[new_subject[-1].end() :]
+        new_item = list(_NEW_ITEM.finditer(text))
+        if new_item and _last_trigger_negates(text[: new_item[-1].start()]):
+            text = text[new_item[-1].end() :]
         for match in reversed(list(_AND_CLAUSE.finditer(text))):
             following = [w for w in text[match.end() :].split() if w != _OTHER_MENTION]
             if len(following) >= 2:
@@ -596,6 +651,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             if end <= other_start and other_end <= clause_end and other.level != "anatomy":
                 text = text[: other_start - end] + f" {_OTHER_MENTION} " + text[other_end - end :]
         text = _NEW_DESCRIPTION.split(text, maxsplit=1)[0]
+        text = _MODIFIER_PHRASE.sub("", text, count=1)  # "the oedema [surrounding the metastasis] has cleared"
         immediate = text.split(_OTHER_MENTION)[0]
         words = text.split()
         while words:
@@ -626,16 +682,17 @@ class RuleBasedDecomposer(ReportDecomposer):
             return MentionStatus.UNCERTAIN
         return MentionStatus.POSITIVE
 
-    def _pre_status(self, before: str, clause_before: str) -> MentionStatus | None:
+    def _pre_status(self, before: str, clause_before: str, structure: bool = False) -> MentionStatus | None:
         """The status the trigger nearest the mention gives, or None without one. A suggestion cue
         nearest ("to suggest") is denied by a negation anywhere before it in the clause ("no loss of
         compressibility or intraluminal echoes to suggest DVT")."""
         real = [m.start() for m in re.finditer(r"\S+", before) if m.group().strip(",/") not in _LIST_WORDS]
         adjacent_from = real[-2] if len(real) >= 2 else 0
+        adjacent = _STRUCTURE_NEGATIVE_ADJACENT if structure else _NEGATIVE_ADJACENT
         found = [
             *_triggers(_UNCERTAIN_PRE, before, "uncertain"),
             *_triggers(_NEGATIVE_PRE, before, "negative"),
-            *[t for t in _triggers(_NEGATIVE_ADJACENT, before, "negative") if t[0] >= adjacent_from],
+            *[t for t in _triggers(adjacent, before, "negative") if t[0] >= adjacent_from],
         ]
         triggers: list[tuple[int, int, str, str]] = []
         for trigger in sorted(found, key=lambda t: t[0] - t[1]):  # overlapping triggers: the longer one
@@ -761,6 +818,9 @@ def _blank_negated(sentence: str, offset: int, mentions, statuses: list[MentionS
 _ALTERNATIVES = re.compile(r";|\b(?:differential|ddx|includ\w*|considerations?|versus|vs|alternatives?)\b", re.I)
 
 
+_LOCATED_IN = re.compile(r"\b(?:of|in|at|on|within|along|around)\s+(?:the|its|this|that)\s+$", re.I)
+
+
 def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
     """A finding described and then named with a hedge in the same clause ("filling defects ...
     suspicious for PE", "a lesion, likely a hemangioma") is uncertain, not seen for sure."""
@@ -770,6 +830,8 @@ def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> 
             continue
         for (later_start, _, other), status in zip(mentions[i + 1 :], statuses[i + 1 :]):
             between = sentence[end:later_start]
+            if _LOCATED_IN.search(between):  # "plaque ... possible ulceration of the plaque surface"
+                continue
             if other.id == entity.id and status is MentionStatus.UNCERTAIN and not _ALTERNATIVES.search(between):
                 statuses[i] = MentionStatus.UNCERTAIN
                 break
