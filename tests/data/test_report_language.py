@@ -1,11 +1,12 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds eight sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds ten sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl` to `dev6.jsonl` are development sets (the rules and the vocabulary were tuned on them;
-dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 and
-dev6 were written to the labelling guide in docs/mining.md), `test.jsonl` and `test2.jsonl` are held
-out (never tuned on, their errors never read; test2 was written to the guide and scored once).
+`dev.jsonl` to `dev7.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 to
+dev7 were written to the labelling guide in docs/mining.md), `test.jsonl`, `test2.jsonl` and
+`test3.jsonl` are held out (never tuned on, their errors never read; test3 was scored once; see
+docs/report-language.md for how each was used).
 See docs/mining.md, "How well it reads real reports"."""
 
 import json
@@ -25,8 +26,9 @@ DEVELOPMENT = {
     "dev4.jsonl": 450,
     "dev5.jsonl": 398,
     "dev6.jsonl": 389,
+    "dev7.jsonl": 389,
 }
-HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380}
+HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -52,8 +54,9 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev2.jsonl", 0.99, 0.99),
         ("dev3.jsonl", 0.97, 0.99),
         ("dev4.jsonl", 0.965, 0.98),
-        ("dev5.jsonl", 0.955, 0.95),
-        ("dev6.jsonl", 0.96, 0.87),
+        ("dev5.jsonl", 0.96, 0.95),
+        ("dev6.jsonl", 0.97, 0.87),
+        ("dev7.jsonl", 0.885, 0.94),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
@@ -64,13 +67,13 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
 
 @pytest.mark.parametrize(
     ("name", "accuracy", "coverage"),
-    [("test.jsonl", 0.94, 0.97), ("test2.jsonl", 0.93, 0.90)],
+    [("test.jsonl", 0.94, 0.97), ("test2.jsonl", 0.93, 0.90), ("test3.jsonl", 0.905, 0.94)],
 )
 def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
-    """The target is 95%; the held-out sets are read at 94.4% (test) and 93.1% (test2, scored once)
-    on the statuses of entities the vocabulary resolves (91.7% and 84.3% counting the names it
-    lacks; never tuned on): this guards against regression. README and docs/mining.md give the
-    numbers."""
+    """The target is 95%; the held-out sets are read at 94.6% (test), 93.1% (test2) and 91.1% (test3,
+    scored once) on the statuses of entities the vocabulary resolves (91.9%, 84.4% and 85.9% counting
+    the names it lacks; never tuned on): this guards against regression. README and docs/mining.md
+    give the numbers."""
     result = score_labelled_reports(decomposer, SETS / name)
     assert result["labels"] >= 840
     assert result["status_accuracy_resolved"] >= accuracy
@@ -320,13 +323,13 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "brain_mri",
             {"glioblastoma": "uncertain", "brain metastases": "uncertain"},
         ),
-        # "X is favoured to represent Y": X was seen, Y is the possibility; "favour A over B": B is not
+        # "X is favoured to represent Y": X was seen, Y is the possibility; "favour A over B": B is less likely
         (
             "The left basal opacity is favoured to represent atelectasis.",
             "chest_xray",
             {"lung opacity": "positive", "atelectasis": "uncertain"},
         ),
-        ("We favour post-treatment change over tumour recurrence.", "brain_mri", {"tumor recurrence": "negative"}),
+        ("We favour post-treatment change over tumour recurrence.", "brain_mri", {"tumor recurrence": "uncertain"}),
         # "no resolution of" is not a resolution; "has also cleared" is
         ("There is no resolution of the cavitating lesion.", "chest_ct", {"cavity": "positive"}),
         ("The pleural effusion has also cleared.", "chest_ct", {"pleural effusion": "negative"}),
@@ -338,6 +341,33 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "Calcified plaque at the carotid bulb with possible ulceration of the plaque surface.",
             "ultrasound",
             {"carotid plaque": "positive"},
+        ),
+        # round 6: a finding named as where a negated one would be is there
+        ("No fat within the 12 mm nodule to suggest a hamartoma.", "chest_ct", {"pulmonary nodule": "positive"}),
+        ("Pericardial and pleural effusions are both absent.", "chest_ct", {"pleural effusion": "negative"}),
+        # "the differentials are", "remains possible", "X is probably a Y"
+        (
+            "Abscess, glioblastoma and metastasis are the differentials.",
+            "brain_mri",
+            {"glioblastoma": "uncertain", "brain metastases": "uncertain"},
+        ),
+        ("An atypical pneumonia remains possible.", "chest_ct", {"pneumonia": "uncertain"}),
+        (
+            "The 2 cm adrenal nodule is probably an adenoma.",
+            "abdominal_ct",
+            {"adrenal nodule": "positive", "adrenal adenoma": "uncertain"},
+        ),
+        # "lungs clear apart from ...", "the remaining lung is clear": normal but for what is named
+        ("Lungs clear apart from a calcified granuloma.", "chest_xray", {"lungs": "negative"}),
+        ("Right lower lobe nodule; the remaining lungs are clear.", "chest_ct", {"lungs": "negative"}),
+        # "stable" after a comma starts a new item; "is not simple" describes, it does not negate
+        ("No residual enhancement, stable mild vasogenic oedema.", "brain_mri", {"vasogenic edema": "positive"}),
+        ("The left ovarian cyst is not simple, with thin septations.", "ultrasound", {"ovarian cyst": "positive"}),
+        # the reference of a comparison is not abnormal
+        (
+            "Hepatic steatosis, the liver lower in attenuation than the spleen.",
+            "abdominal_ct",
+            {"liver": "positive", "spleen": "negative"},
         ),
     ],
 )

@@ -101,7 +101,8 @@ _NEW_SUBJECT = re.compile(r",\s+(?=(?:the|there|an?)\b)", re.I)
 _NEW_ITEM = re.compile(
     r"(?:,\s*|\s+)(?:and|but)\s+(?=(?:the|there|an?|\d[\d.]*\s*(?:mm|cm)|mild|moderate|"
     r"small|large|minor|trace|minimal|severe|marked|extensive|new|multiple|several|scattered|stable|persistent)\b)|"
-    r",\s+(?=(?:\d[\d.]*\s*(?:mm|cm)|mild|moderate|minor|trace|minimal|severe|marked|extensive)\b)",
+    r",\s+(?=(?:\d[\d.]*\s*(?:mm|cm)|mild|moderate|minor|trace|minimal|severe|marked|extensive|stable|persistent|"
+    r"unchanged)\b)",
     re.I,
 )
 
@@ -115,10 +116,6 @@ def _last_trigger_negates(text: str) -> bool:
 
 # ", and" followed by a new description (not the next item of a negated list) also ends a scope.
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
-
-# "Appearances favour scarring over active infection": "over" after "favour" works as "rather than".
-_FAVOURED_OVER = re.compile(r"(\bfavou?r\w*\b[^;.]{1,80}?\s)over(?=\s)", re.I)
-_FAVOURED_OVER_MARK = "\u00ac" * 4
 
 # Phrases that look like negation or uncertainty but are neither (NegEx "pseudo-triggers").
 PSEUDO = [
@@ -222,8 +219,8 @@ UNCERTAIN_POST = [
     r"(?:cannot|can ?not) (?:be )?(?:entirely |completely )?(?:excluded|ruled out)",
     r"(?:is|are) not (?:entirely |completely )?(?:excluded|ruled out)",
     r"(?:is|are) (?:possible|suspected|questioned|questionable|not excluded)",
-    r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!due|secondary|related|from|caused|physiologic|"
-    r"benign|reactive|incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|"
+    r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!an?\b|the\b|due|secondary|related|from|caused|"
+    r"physiologic|benign|reactive|incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|"
     r"artifactual)\w+",
     r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because|physiologic|benign|reactive|"
     r"incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|artifactual))",
@@ -247,8 +244,9 @@ UNCERTAIN_POST = [
     r"(?:is|are) (?:\w+ )?favou?red(?! to (?:represent|be|reflect|indicate))",
     r"(?:is|are) in the differential",
     r"as (?:an? |other |less likely |possible )?(?:alternatives?|differentials?|possibilit(?:y|ies)|considerations?)",
-    r"(?:is|are) the (?:main|leading|primary|chief|principal|favou?red|likeliest|most likely) (?:considerations?|"
-    r"differentials?|diagnos[ie]s|possibilit(?:y|ies))",
+    r"(?:is|are) (?:the )?(?:(?:main|leading|primary|chief|principal|favou?red|likeliest|most likely|other) )?"
+    r"(?:considerations?|differentials?|differential diagnos[ie]s|possibilit(?:y|ies))",
+    r"(?:remains?|is still|are still) (?:a )?(?:possible|possibility|consideration|differential|a concern)",
     r"(?:(?:is|are|being) )?(?:an? |the )?less (?:likely|favou?red|probable)(?: alternative| possibility| consideration"
     r"| differential)?",
 ]
@@ -294,7 +292,6 @@ NEGATIVE_PRE = [
     r"denied",
     r"rather than",
     r"instead of",
-    _FAVOURED_OVER_MARK,
     r"removal of",
     r"interval removal of",
 ]
@@ -315,11 +312,12 @@ NEGATIVE_POST = [
     r"resolved",
     r"(?:is|are|was|were|has|have) (?:been )?(?:now |again |currently )?(?:not|no longer) (?:\w+ )?"
     r"(?:seen|present|identified|visuali[sz]ed|appreciated|evident|enlarged|dilated|demonstrated|detected|noted|appreciable|visible|apparent|recurred|thickened)",
-    r"(?:is|are|was|were) (?:now |again |currently |completely )?absent",
+    r"(?:is|are|was|were) (?:now |again |currently |completely |both |all |entirely )?absent",
     r"(?:is|are|appears?|remains?) (?:otherwise |again |still |now )?(?:normal|unremarkable|clear|negative|natural|"
     r"within normal limits|free)",
     r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
-    r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely)\w+",
+    r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely|simple|uniform|homogeneous|typical|purely|"
+    r"clearly|well|fully|significantly)\w+",
     r"not (?:enlarged|dilated|thickened|distended|compressed|displaced|effaced|seen|identified|present|visuali[sz]ed|"
     r"demonstrated|detected)",
     r"(?:has|have) (?:now )?settled",
@@ -362,7 +360,8 @@ ABNORMAL_CUE = re.compile(
     r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
     r"haemorrhag\w+|blood|infarct\w*|narrow\w*|tortuous|ectatic|calcifi\w+|thrombos\w+|thrombus|occlu\w+|"
     r"obstruct\w+|scar\w*|hypervascular|small|shift\w*|herniat\w+|wall thickening|aneurysm\w*|cirrho\w+|lacerat\w+|"
-    r"fractur\w+|contus\w+|granulom\w+|steato\w+|fatty|laceration|rupture\w*|injur\w+)\b",
+    r"fractur\w+|contus\w+|granulom\w+|steato\w+|fatty|laceration|rupture\w*|injur\w+|"
+    r"(?:low|high)(?:[- ]in)?[- ](?:attenuation|density|signal)|swollen|swelling|bulky|bright)\b",
     re.I,
 )
 
@@ -431,6 +430,15 @@ _MODIFIERS = (
 _MODIFIER_WORDS = (
     r"(?:(?!(?:is|are|was|were|has|have|had|may|might|could|can|represents?|reflects?|suggest\w*|likely|possibly|"
     r"probably|not|no|and|or|nor|with|without)\b)[\w'/.-]+\s+){0,4}"
+)
+# A structure named as the reference of a comparison says nothing abnormal of it.
+_COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
+# A finding named as where a negated one would be: "no enhancing component within the renal cyst".
+_WHERE_THE_OTHER_IS = re.compile(
+    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,3}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
+    rf"(?:[\w-]+\s+){{1,3}}(?:within|inside|in))\s+"
+    rf"(?:the|this|that|its)\s+(?:(?!(?:no|not|without|nor|or|and)\b)[\w.-]+\s+){{0,4}}$",
+    re.I,
 )
 _MODIFIER_PHRASE = re.compile(rf"^\s*{_MODIFIERS}\s+{_MODIFIER_WORDS}{_OTHER_MENTION}", re.I)
 _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}$", re.I)
@@ -582,13 +590,14 @@ class RuleBasedDecomposer(ReportDecomposer):
         do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
         mentioned anatomical structure reads as normal."""
         masked = _mask_differential_subjects(_PSEUDO.sub(lambda m: " " * len(m.group()), sentence))
-        masked = _FAVOURED_OVER.sub(lambda m: m.group(1) + _FAVOURED_OVER_MARK, masked)
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
         before = self._window_before(masked, clause_start, start, mentions)
         structure = entity is not None and entity.level == "anatomy"
         status = self._pre_status(before, masked[clause_start:start], structure)
+        if status is MentionStatus.NEGATIVE and not structure and _WHERE_THE_OTHER_IS.search(before + " "):
+            status = MentionStatus.POSITIVE  # "no fat within the nodule": the nodule is there
         if status is None:
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
             in_modifier = entity is not None and entity.level != "anatomy" and _IN_MODIFIER.search(before + " ")
@@ -597,6 +606,8 @@ class RuleBasedDecomposer(ReportDecomposer):
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
         if status is MentionStatus.POSITIVE and entity is not None and entity.level == "anatomy":
+            if _COMPARATOR.search(sentence[:start]):  # "the liver lower in attenuation than the spleen"
+                return MentionStatus.NEGATIVE
             clause = list(masked[clause_start:clause_end])
             for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
                 if other is not entity and clause_start <= other_start and other_end <= clause_end:
@@ -741,6 +752,7 @@ class RuleBasedDecomposer(ReportDecomposer):
                         and status is MentionStatus.NEGATIVE
                         and (
                             _OTHERWISE.search(sentence[max(0, start - 40) : end + 40])
+                            or _EXCEPT_TRAILING.match(sentence[end:])
                             or ((leading := _EXCEPT_LEADING.match(sentence)) and start >= leading.end())
                         )
                     ):
@@ -774,7 +786,11 @@ def _heading(sentence: str) -> str:
     return match.group(1) if match else ""
 
 
-_OTHERWISE = re.compile(r"\botherwise\b", re.I)
+_OTHERWISE = re.compile(r"\b(?:otherwise|remaining|remainder of|rest of)\b", re.I)
+# "Lungs clear apart from basal scarring": the organ is normal but for what is named after it.
+_EXCEPT_TRAILING = re.compile(
+    r"^[\w\s-]{0,30}?\b(?:apart from|aside from|except(?: for)?|other than|save for|but for)\b", re.I
+)
 # "Apart from a small nodule, the lungs are clear": the organ is normal but for what was named.
 _EXCEPT_LEADING = re.compile(
     r"^\s*(?:apart from|aside from|except for|other than|with the exception of|save for|besides)\b[^,;]*,", re.I
@@ -818,7 +834,7 @@ def _blank_negated(sentence: str, offset: int, mentions, statuses: list[MentionS
 _ALTERNATIVES = re.compile(r";|\b(?:differential|ddx|includ\w*|considerations?|versus|vs|alternatives?)\b", re.I)
 
 
-_LOCATED_IN = re.compile(r"\b(?:of|in|at|on|within|along|around)\s+(?:the|its|this|that)\s+$", re.I)
+_LOCATED_IN = re.compile(r"\b(?:of|in|at|on|within|along|around|to)\s+(?:the|its|this|that)\s+$", re.I)
 
 
 def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
