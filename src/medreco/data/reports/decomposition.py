@@ -304,8 +304,8 @@ NEGATIVE_ADJACENT = [
     r"unremarkable",
     r"clear(?! cell)",
 ]
-# ... and, these, only before a structure ("intact bones"; "intact sternal wires" are in place, and
-# "patent foramen ovale" is a finding)
+# Words that negate only a structure right after them ("intact bones", "patent portal vein"): "intact
+# sternal wires" are in place, and "patent foramen ovale" is a finding.
 STRUCTURE_NEGATIVE_ADJACENT = [r"intact", r"patent", r"preserved"]
 NEGATIVE_POST = [
     r"(?:has|have) (?:since |now |also |completely |entirely )*resolved",
@@ -431,6 +431,8 @@ _MODIFIER_WORDS = (
     r"(?:(?!(?:is|are|was|were|has|have|had|may|might|could|can|represents?|reflects?|suggest\w*|likely|possibly|"
     r"probably|not|no|and|or|nor|with|without)\b)[\w'/.-]+\s+){0,4}"
 )
+_MODIFIER_PHRASE = re.compile(rf"^\s*{_MODIFIERS}\s+{_MODIFIER_WORDS}{_OTHER_MENTION}", re.I)
+_IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}$", re.I)
 # A structure named as the reference of a comparison says nothing abnormal of it.
 _COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
@@ -440,8 +442,6 @@ _WHERE_THE_OTHER_IS = re.compile(
     rf"(?:the|this|that|its)\s+(?:(?!(?:no|not|without|nor|or|and)\b)[\w.-]+\s+){{0,4}}$",
     re.I,
 )
-_MODIFIER_PHRASE = re.compile(rf"^\s*{_MODIFIERS}\s+{_MODIFIER_WORDS}{_OTHER_MENTION}", re.I)
-_IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}$", re.I)
 
 # After a mention, a comma opening a new description ends its post-triggers' reach
 # ("a granuloma in the right upper lobe, the lung is otherwise normal").
