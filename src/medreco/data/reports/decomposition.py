@@ -600,12 +600,12 @@ class RuleBasedDecomposer(ReportDecomposer):
             status = MentionStatus.POSITIVE  # "no fat within the nodule": the nodule is there
         if status is None:
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
-            in_modifier = entity is not None and entity.level != "anatomy" and _IN_MODIFIER.search(before + " ")
+            in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
             status = MentionStatus.POSITIVE if in_modifier else self._post_status(masked, end, clause_end, mentions)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
-        if status is MentionStatus.POSITIVE and entity is not None and entity.level == "anatomy":
+        if status is MentionStatus.POSITIVE and structure:
             if _COMPARATOR.search(sentence[:start]):  # "the liver lower in attenuation than the spleen"
                 return MentionStatus.NEGATIVE
             clause = list(masked[clause_start:clause_end])
@@ -834,6 +834,8 @@ def _blank_negated(sentence: str, offset: int, mentions, statuses: list[MentionS
 _ALTERNATIVES = re.compile(r";|\b(?:differential|ddx|includ\w*|considerations?|versus|vs|alternatives?)\b", re.I)
 
 
+# A later mention inside a location or a cause ("ulceration of the plaque surface", "secondary to the
+# ascites") is not a hedged naming of the finding.
 _LOCATED_IN = re.compile(r"\b(?:of|in|at|on|within|along|around|to)\s+(?:the|its|this|that)\s+$", re.I)
 
 
@@ -846,7 +848,7 @@ def _hedged_evidence(sentence: str, mentions, statuses: list[MentionStatus]) -> 
             continue
         for (later_start, _, other), status in zip(mentions[i + 1 :], statuses[i + 1 :]):
             between = sentence[end:later_start]
-            if _LOCATED_IN.search(between):  # "plaque ... possible ulceration of the plaque surface"
+            if _LOCATED_IN.search(between):
                 continue
             if other.id == entity.id and status is MentionStatus.UNCERTAIN and not _ALTERNATIVES.search(between):
                 statuses[i] = MentionStatus.UNCERTAIN
