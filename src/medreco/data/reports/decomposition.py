@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ...errors import MedReCoError, UnknownEntityError
-from .ontology import Entity, Ontology, phrase_pattern
+from .ontology import (
+    Entity,
+    Measurement,
+    Ontology,
+    description_patterns,
+    measured_sizes,
+    measurement_pattern,
+    phrase_pattern,
+)
 
 
 class MentionStatus(str, Enum):
@@ -337,6 +345,7 @@ NEGATIVE_POST = [
     r"(?:has|have) (?:completely )?(?:regressed|involuted)",
     r"removal",
     r"(?:has|have) normali[sz]ed",
+    r"(?:has|have) (?:since |now )?returned to normal",
     r"(?:is|are) (?:surgically )?absent",
     r"wnl",
     r"no longer (?:seen|present|identified|visuali[sz]ed|demonstrated|evident|visible|appreciated|detectable|"
@@ -466,6 +475,16 @@ def split_sentences(text: str) -> list[str]:
     return [" ".join(p.split()) for p in parts if p and p.strip(" .")]
 
 
+_INVERTED = "inverted"  # a normal state ("the portal vein is patent") says the finding is absent
+_INVERSE = {MentionStatus.POSITIVE: MentionStatus.NEGATIVE, MentionStatus.NEGATIVE: MentionStatus.POSITIVE}
+
+
+def _outermost(mentions) -> list[tuple[int, int, Entity]]:
+    """Mentions as marks in a text: one per span, none inside another (a name within a description)."""
+    spans = {(m[0], m[1]): m for m in mentions}
+    return [m for (s, e), m in spans.items() if not any(o != (s, e) and o[0] <= s and e <= o[1] for o in spans)]
+
+
 def _triggers(pattern: re.Pattern, text: str, kind: str) -> list[tuple[int, int, str, str]]:
     return [(m.start(), m.end(), kind, m.group()) for m in pattern.finditer(text)]
 
@@ -479,6 +498,8 @@ class _Matcher:
     entity: Entity
     context: re.Pattern | None
     starts: frozenset[str] | None
+    measurement: Measurement | None = None  # a size pattern: its match is the finding only above the limit
+    normal: bool = False  # a normal state: what it says of the subject, it says the other way of the finding
 
 
 @dataclass(frozen=True)
@@ -513,6 +534,17 @@ def _compiled_matchers(entities: tuple[Entity, ...]) -> _MatcherSet:
                     body = "|".join(f"(?:{phrase_pattern(p)})" for p in group)
                     pattern = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I)
                     matchers.append(_Matcher(pattern, entity, needs, starts))
+        # described and measured findings: a sentence is searched only when it could name a subject
+        for description in entity.descriptions:
+            for normal in (False, True):
+                if patterns := description_patterns(description, normal):
+                    body = "|".join(f"(?:{p})" for p in patterns)
+                    pattern = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I)
+                    starts = _subject_starts(description.subjects)
+                    matchers.append(_Matcher(pattern, entity, None, starts, normal=normal))
+        for measurement in entity.measurements:
+            pattern = re.compile(rf"(?<![\w-]){measurement_pattern(measurement)}", re.I)
+            matchers.append(_Matcher(pattern, entity, None, _subject_starts(measurement.subjects), measurement))
     by_start: dict[str, list[int]] = {}
     for index, matcher in enumerate(matchers):
         for start in matcher.starts or ():
@@ -536,6 +568,11 @@ def _word_starts(phrases: list[str]) -> frozenset[str] | None:
             return None
         starts.update({word[:3], _american(word)[:3]})
     return frozenset(starts)
+
+
+def _subject_starts(subjects: tuple[str, ...]) -> frozenset[str] | None:
+    """The word starts of a description's subjects (None, always searched, when one is a pattern)."""
+    return None if any(s.startswith("re:") for s in subjects) else _word_starts(list(subjects))
 
 
 def _sentence_starts(sentence: str) -> frozenset[str]:
@@ -562,20 +599,56 @@ class RuleBasedDecomposer(ReportDecomposer):
         """Entity mentions in a sentence: longest first, then phrasings that need their context (the
         organ named in the sentence, or in the `heading` of a structured report's line such as
         "Liver:"), then the more specific entity; no overlaps."""
+        return [mention[:3] for mention in self._mentions(sentence, entities, heading)]
+
+    @staticmethod
+    def _mentions(
+        sentence: str, entities: list[Entity] | _MatcherSet, heading: str = ""
+    ) -> list[tuple[int, int, Entity, MentionStatus | str | None, bool]]:
+        """`find_mentions`, each with how to read it (the status its size gives, `_INVERTED` for a
+        normal state of a finding's subject, or None: as its words say) and whether it is a description."""
         matcher_set = entities if isinstance(entities, _MatcherSet) else _compiled_matchers(tuple(entities))
-        candidates = []
+        candidates, covered = [], []
         for matcher in matcher_set.relevant(sentence):
             context = matcher.context
             if context is not None and not (context.search(sentence) or (heading and context.search(heading))):
                 continue
+            has_state = "state" in matcher.pattern.groupindex
+            described = has_state or matcher.measurement is not None
             for match in matcher.pattern.finditer(sentence):
-                if match.end() > match.start():
-                    candidates.append((match.start(), match.end(), matcher.entity, context is None))
-        candidates.sort(key=lambda c: (-(c[1] - c[0]), c[3], _LEVEL_PRIORITY[c[2].level], c[0]))
-        taken: list[tuple[int, int, Entity]] = []
-        for start, end, entity, _ in candidates:
-            if all(end <= s or start >= e for s, e, _ in taken):
-                taken.append((start, end, entity))
+                how: MentionStatus | str | None = _INVERTED if matcher.normal else None
+                if matcher.measurement is not None:
+                    verdict = matcher.measurement.verdict(measured_sizes(match.group("size"), match.group("unit")))
+                    if verdict is None:
+                        continue  # between the limits: the size alone says nothing
+                    how = MentionStatus.POSITIVE if verdict else MentionStatus.NEGATIVE
+                if has_state and match.group("state"):
+                    start, end = match.span("state")
+                    # the subject is the state's: no second mention of the finding at it ("CBD [not dilated]")
+                    covered.append((match.start(), start, matcher.entity))
+                else:
+                    start, end = match.span()
+                if end > start:
+                    candidates.append((start, end, matcher.entity, context is None, how, described))
+        candidates = [
+            c for c in candidates if not any(c[2] is e and c[0] < e_end and s < c[1] for s, e_end, e in covered)
+        ]
+        candidates.sort(key=lambda c: (-(c[1] - c[0]), c[4] is None, c[3], _LEVEL_PRIORITY[c[2].level], c[0]))
+        taken: list[tuple[int, int, Entity, MentionStatus | str | None, bool]] = []
+        for start, end, entity, _, how, _ in (c for c in candidates if not c[5]):
+            if all(end <= t[0] or start >= t[1] for t in taken):
+                taken.append((start, end, entity, how, False))
+        # Descriptions come after names: they may hold other entities' names ("enlargement of the [spleen]")
+        # and share their span with another description ("the liver and spleen are [enlarged]"),
+        # but never cut into a name.
+        for start, end, entity, _, how, _ in (c for c in candidates if c[5]):
+            overlapping = [t for t in taken if not (end <= t[0] or start >= t[1])]
+            if all(
+                t[2] is not entity
+                and ((start <= t[0] and t[1] <= end and not t[4]) or (t[4] and t[:2] == (start, end)))
+                for t in overlapping
+            ):
+                taken.append((start, end, entity, how, True))
         return sorted(taken, key=lambda c: c[0])
 
     def mention_status(
@@ -585,15 +658,23 @@ class RuleBasedDecomposer(ReportDecomposer):
         end: int,
         mentions: list[tuple[int, int, Entity]] = (),
         entity: Entity | None = None,
+        readings: dict[tuple[int, int], MentionStatus | str] | None = None,
     ) -> MentionStatus:
         """NegEx within the mention's clause. `mentions`: every mention in the sentence (other entities
         do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
-        mentioned anatomical structure reads as normal."""
-        masked = _mask_differential_subjects(_PSEUDO.sub(lambda m: " " * len(m.group()), sentence))
+        mentioned anatomical structure reads as normal; `readings`: how to read other mentions (span ->
+        the status a size gives, or `_INVERTED`)."""
+        # a pseudo-trigger that is part of the mention is no pseudo-trigger ("no [enlargement of the spleen]")
+        masked = _PSEUDO.sub(
+            lambda m: m.group() if m.start() < end and start < m.end() else " " * len(m.group()), sentence
+        )
+        masked = _mask_differential_subjects(masked)
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
-        before = self._window_before(masked, clause_start, start, mentions)
+        # other mentions are marks in the text; a normal state is no mark ("are [normal in size]" is a trigger)
+        marks = _outermost([m for m in mentions if (readings or {}).get(m[:2]) != _INVERTED])
+        before = self._window_before(masked, clause_start, start, marks)
         structure = entity is not None and entity.level == "anatomy"
         status = self._pre_status(before, masked[clause_start:start], structure)
         if status is MentionStatus.NEGATIVE and not structure and _WHERE_THE_OTHER_IS.search(before + " "):
@@ -601,7 +682,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         if status is None:
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
             in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
-            status = MentionStatus.POSITIVE if in_modifier else self._post_status(masked, end, clause_end, mentions)
+            status = MentionStatus.POSITIVE if in_modifier else self._post_status(masked, end, clause_end, marks)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
@@ -615,7 +696,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             if not _abnormal_words("".join(clause)):
                 # "an intimal flap in the descending aorta": the structure is as its finding is
                 findings = [
-                    self.mention_status(sentence, other_start, other_end, mentions, other)
+                    self._read(sentence, other_start, other_end, mentions, other, readings)
                     for other_start, other_end, other in mentions
                     if other.level != "anatomy" and clause_start <= other_start and other_end <= clause_end
                 ]
@@ -624,6 +705,14 @@ class RuleBasedDecomposer(ReportDecomposer):
                         return found
                 return MentionStatus.NEGATIVE
         return status
+
+    def _read(self, sentence: str, start: int, end: int, mentions, entity: Entity, readings) -> MentionStatus:
+        """A mention's status, read as `readings` says: a size's status, inverted, or as worded."""
+        how = (readings or {}).get((start, end))
+        if isinstance(how, MentionStatus):
+            return how
+        status = self.mention_status(sentence, start, end, mentions, entity, readings)
+        return _INVERSE.get(status, status) if how == _INVERTED else status
 
     def _window_before(self, masked: str, clause_start: int, start: int, mentions) -> str:
         """The words before a mention that a pre-trigger may stand in: back to the clause start, at most
@@ -743,8 +832,17 @@ class RuleBasedDecomposer(ReportDecomposer):
             heading = ""
             for sentence in split_sentences(text):
                 heading = _heading(sentence) or heading
-                mentions = self.find_mentions(sentence, matchers, heading)
-                statuses = [self.mention_status(sentence, s, e, mentions, entity) for s, e, entity in mentions]
+                read_mentions = self._mentions(sentence, matchers, heading)
+                mentions = [mention[:3] for mention in read_mentions]
+                readings = {(start, end): how for start, end, _, how, _ in read_mentions if how is not None}
+                statuses = [
+                    self._read(sentence, start, end, mentions, entity, readings) for start, end, entity in mentions
+                ]
+                # a finding both described and named: the name decides ("renal pelvic dilatation
+                # represents an extrarenal pelvis rather than hydronephrosis")
+                named = {entity.id for _, _, entity, _, described in read_mentions if not described}
+                kept = [i for i, m in enumerate(read_mentions) if not (m[4] and m[2].id in named)]
+                mentions, statuses = [mentions[i] for i in kept], [statuses[i] for i in kept]
                 statuses = _structures_in_context(sentence, mentions, _hedged_evidence(sentence, mentions, statuses))
                 for (start, end, entity), status in zip(mentions, statuses):
                     if (

@@ -78,12 +78,81 @@ def canonical_modality(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Description:
+    """A finding described rather than named: one of `subjects` (an organ or part, "spleen",
+    "pelvicalyceal system") in one of `states` ("enlarged", "dilated"; nouns such as "enlargement"
+    for "enlargement of the spleen" and "splenic enlargement"). Negation and hedging apply as to a name.
+    A subject in one of `normal_states` ("normal in size", "patent") rules the finding out, and
+    reads the other way round when negated ("the portal vein is not patent")."""
+
+    subjects: tuple[str, ...]
+    states: tuple[str, ...]
+    normal_states: tuple[str, ...] = ()  # states that rule the finding out ("the portal vein is patent")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A finding given by a size: one of `subjects` measuring more than `abnormal_above` millimetres
+    is the finding; up to `normal_up_to` it is absent ("the spleen measures 11 cm"); in between
+    the size alone says nothing. `dimension`: which of several dimensions counts ("largest", or
+    "smallest" for a lymph node's short axis)."""
+
+    subjects: tuple[str, ...]
+    abnormal_above: float
+    normal_up_to: float
+    dimension: str = "largest"
+
+    def verdict(self, sizes_mm: list[float]) -> bool | None:
+        """True (the finding), False (normal) or None (between the limits) for a measured size."""
+        size = max(sizes_mm) if self.dimension == "largest" else min(sizes_mm)
+        if size > self.abnormal_above:
+            return True
+        return False if size <= self.normal_up_to else None
+
+
+def _millimetres(text: str, where: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(mm|cm)\s*", text)
+    if match is None:
+        raise ValueError(f"{where}: a size such as '13 cm' or '7 mm', not {text!r}")
+    return float(match.group(1)) * (10.0 if match.group(2) == "cm" else 1.0)
+
+
+def _fields(item: dict, block: dict, kind: str, required: tuple[str, ...]) -> None:
+    missing = [name for name in required if not block.get(name)] if isinstance(block, dict) else list(required)
+    if missing:
+        raise ValueError(f"entity {item.get('id')!r}: a {kind} needs {', '.join(missing)}")
+
+
+def _description(item: dict, block: dict) -> Description:
+    _fields(item, block, "description", ("subjects",))
+    if not (block.get("states") or block.get("normal_states")):
+        raise ValueError(f"entity {item.get('id')!r}: a description needs states or normal_states")
+    return Description(tuple(block["subjects"]), tuple(block.get("states", ())), tuple(block.get("normal_states", ())))
+
+
+def _measurement(item: dict, block: dict) -> Measurement:
+    _fields(item, block, "measurement", ("subjects", "abnormal_above", "normal_up_to"))
+    where = f"entity {item.get('id')!r}"
+    measurement = Measurement(
+        tuple(block["subjects"]),
+        _millimetres(block["abnormal_above"], where),
+        _millimetres(block["normal_up_to"], where),
+        block.get("dimension", "largest"),
+    )
+    if measurement.dimension not in ("largest", "smallest") or measurement.normal_up_to > measurement.abnormal_above:
+        raise ValueError(f"{where}: dimension is 'largest' or 'smallest', and normal_up_to <= abnormal_above")
+    return measurement
+
+
+@dataclass(frozen=True)
 class Entity:
     """id: stable key such as "ct/abnormal/pleural-effusion@pleura"; name: the vocabulary's wording;
     term: the short form; anatomy: where an abnormal finding sits; synonyms: report phrasings
     (plain phrases, or regular expressions prefixed with "re:"); contextual: phrasings that name
     this entity only in a sentence that also matches `context` (a generic "cyst" or "focal lesion"
-    in a sentence about the kidney or the liver)."""
+    in a sentence about the kidney or the liver); descriptions and measurements: how reports
+    describe the finding without naming it ("the pelvicalyceal system is dilated", "the spleen
+    measures 16 cm")."""
 
     id: str
     family: str
@@ -94,6 +163,8 @@ class Entity:
     synonyms: tuple[str, ...] = field(default_factory=tuple)
     context: str | None = None
     contextual: tuple[str, ...] = field(default_factory=tuple)
+    descriptions: tuple[Description, ...] = field(default_factory=tuple)
+    measurements: tuple[Measurement, ...] = field(default_factory=tuple)
 
     @property
     def prompt(self) -> str:
@@ -120,7 +191,7 @@ def _word_pattern(word: str) -> str:
     return _SPELLING.sub(lambda m: SPELLING_VARIANTS[m.group()], re.escape(word))
 
 
-def phrase_pattern(phrase: str) -> str:
+def phrase_pattern(phrase: str, plural: bool = True) -> str:
     """A vocabulary phrase as a regular expression: words separated by spaces or hyphens, the last
     one also in the plural, British spellings accepted, and a two-word phrase whose modifier heads a
     coordinated list ("pericardial" in "no pericardial or pleural effusion"); phrases prefixed "re:"
@@ -128,6 +199,8 @@ def phrase_pattern(phrase: str) -> str:
     if phrase.startswith("re:"):
         return phrase[3:]
     words = [_word_pattern(w) for w in re.split(r"[\s-]+", phrase.lower().strip())]
+    if not plural:
+        return r"[\s-]+".join(words)
     last = words[-1]
     if re.search(r"[^aeiou]y$", last):
         words[-1] = last[:-1] + "(?:y|ies)"
@@ -146,6 +219,77 @@ def phrase_pattern(phrase: str) -> str:
         shared_head = rf"{words[0]}(?={_CONNECTOR}(?:[\w-]+(?:{_CONNECTOR}|\s+)){{0,3}}?{words[1]}(?![\w-]))"
         pattern = f"{pattern}|{shared_head}"
     return pattern
+
+
+# How reports put a subject and its state together. A subject's state follows it ("the spleen is
+# enlarged", "the pelvicalyceal system and ureter are dilated", "Spleen: enlarged"), precedes it
+# ("enlarged spleen") or names it ("enlargement of the spleen"); a few modifying words may stand
+# between, never a verb, a comma or a negation (those belong to the status, which the subject's own
+# context decides, as for a name).
+_COPULA = (
+    r"(?:is|are|was|were|appears?|appearing|remains?|seems?|looks?|shows?|demonstrates?|"
+    r"has become|have become|became|has been|have been)"
+)
+_DEGREE = (
+    r"(?:not|no longer|now|again|still|also|both|all|each|somewhat|more|less|further|newly|"
+    r"(?!(?:adequately|normally|appropriately|optimally|suboptimally|partially|poorly)\b)[a-z]+ly)"
+)
+# Another object the words may be about: "the liver lesion is enlarged" is not hepatomegaly.
+_OTHER_OBJECT = (
+    r"(?:lesions?|cysts?|mass(?:es)?|nodules?|nodes?|stones?|calcul\w*|tumou?rs?|metasta\w+|ha?emangiomas?|"
+    r"abscess\w*|collections?|foci|focus|lacerations?|infarcts?|veins?|arter\w+|ducts?|walls?|capsule|hil(?:um|a)|"
+    r"lobes?|segments?|vessels?|polyps?|implants?|deposits?)\b"
+)
+_GAP_WORD = (
+    rf"(?!(?:is|are|was|were|be|been|appears?|remains?|seems?|looks?|has|have|had|but|while|whereas|which|"
+    rf"who|with|without|no|not|nor|contains?|shows?|demonstrates?|and the|or)\b|{_OTHER_OBJECT})[\w()/'-]+"
+)
+# Words between a measured subject and its size ("the infrarenal aorta measures up to 5.8 cm in
+# maximal diameter", "CBD 9 mm"): positions, axes and verbs only, so another object's size ("the
+# spleen contains a cyst of 3 cm") is not the subject's.
+_MEASURE_GAP = (
+    r"(?:left|right|upper|lower|main|common|proximal|distal|mid|ascending|descending|infrarenal|suprarenal|"
+    r"juxtarenal|abdominal|thoracic|craniocaudal|cranio-caudal|bipolar|longitudinal|transverse|sagittal|"
+    r"maximal|maximum|max|overall|short[- ]axis|long[- ]axis|length|diameter|span|size|width|calib(?:er|re)|"
+    r"in|of|the|its|now|currently|enlarged|dilated|prominent|mildly|moderately|markedly|also|both|each|and)"
+)
+_MEASURE_VERB = (
+    r"(?:measures?|measuring|measured|is|are|was|were|at|of|to|up to|approximately|approx\.?|about|around|~|"
+    r"now|dilated|enlarged|spans?|spanning)"
+)
+_NUMBER = r"\d+(?:\.\d+)?"
+
+
+def description_patterns(description: Description, normal: bool = False) -> list[str]:
+    """Regular expressions for a described finding (its `normal_states` if `normal`). Where the state
+    follows its subject the mention is the state (group `state`: "is not [enlarged]" reads negative,
+    and the subject stays a mention of its own); else the whole phrase ("no [enlargement of the spleen]")."""
+    states = description.normal_states if normal else description.states
+    if not states:
+        return []
+    subject = "|".join(phrase_pattern(s) for s in description.subjects)
+    state = "|".join(phrase_pattern(s, plural=False) for s in states)
+    return [
+        rf"(?:{subject})(?:\s+{_GAP_WORD}){{0,5}}?(?:\s*:\s*|\s+{_COPULA}\s+|\s+)(?:{_DEGREE}\s+){{0,3}}(?P<state>{state})",
+        rf"(?:{state})(?:\s+(?:and\s+)?(?!(?:the|an?|this|that|its)\b){_GAP_WORD}){{0,2}}?\s+(?:{subject})(?!\s+{_OTHER_OBJECT})",
+        rf"(?:{state})\s+(?:of|in|involving|within)\s+(?:the\s+|both\s+)?(?:[\w-]+\s+){{0,2}}?(?:{subject})(?!\s+{_OTHER_OBJECT})",
+    ]
+
+
+def measurement_pattern(measurement: Measurement) -> str:
+    """A regular expression for a measured subject; the match spans the subject, and the groups
+    `size` ("16.5", "15 x 12") and `unit` (mm or cm) hold its size."""
+    subject = "|".join(phrase_pattern(s) for s in measurement.subjects)
+    return (
+        rf"(?:{subject})(?=(?:\s+{_MEASURE_GAP}){{0,6}}?\s*[:,]?\s*(?:{_MEASURE_VERB}\s+){{0,3}}"
+        rf"(?P<size>{_NUMBER}(?:\s*(?:x|\u00d7|by)\s*{_NUMBER})*)\s*(?P<unit>mm|cm)\b)"
+    )
+
+
+def measured_sizes(size: str, unit: str) -> list[float]:
+    """The millimetres a measurement's `size` and `unit` groups give ("15 x 12", "cm" -> [150, 120])."""
+    scale = 10.0 if unit.lower() == "cm" else 1.0
+    return [float(number) * scale for number in re.findall(_NUMBER, size)]
 
 
 class Ontology:
@@ -170,8 +314,12 @@ class Ontology:
         if extra is not None:
             try:
                 ontology.extend(json.loads(read_text_file(extra, "vocabulary (JSON)")))
+            except TextFileError:
+                raise
             except json.JSONDecodeError as error:
                 raise TextFileError(f"{extra}: not valid JSON ({error.msg}, line {error.lineno})") from None
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise TextFileError(f"{extra}: not a vocabulary extension ({error})") from None
         return ontology
 
     @staticmethod
@@ -193,6 +341,8 @@ class Ontology:
                         synonyms=tuple(item.get("synonyms", ())),
                         context=item.get("context"),
                         contextual=tuple(item.get("contextual", ())),
+                        descriptions=tuple(_description(item, d) for d in item.get("descriptions", ())),
+                        measurements=tuple(_measurement(item, m) for m in item.get("measurements", ())),
                     )
                 )
         return entities, modalities
@@ -211,6 +361,8 @@ class Ontology:
                     synonyms=tuple(dict.fromkeys(known.synonyms + entity.synonyms)),
                     context=entity.context or known.context,
                     contextual=tuple(dict.fromkeys(known.contextual + entity.contextual)),
+                    descriptions=tuple(dict.fromkeys(known.descriptions + entity.descriptions)),
+                    measurements=tuple(dict.fromkeys(known.measurements + entity.measurements)),
                 )
             self._entities[entity.id] = entity
             self._anatomy = None
@@ -290,6 +442,8 @@ def entity_prompts() -> dict[str, str]:
 
 __all__ = [
     "AMBIGUOUS_MODALITIES",
+    "Description",
+    "Measurement",
     "LEVELS",
     "MODALITY_ALIASES",
     "MODALITY_FAMILY",
@@ -298,5 +452,8 @@ __all__ = [
     "UnknownModalityError",
     "canonical_modality",
     "phrase_pattern",
+    "description_patterns",
+    "measurement_pattern",
+    "measured_sizes",
     "entity_prompts",
 ]

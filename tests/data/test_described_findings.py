@@ -1,0 +1,135 @@
+"""Findings a report describes or measures instead of naming ("the pelvicalyceal system is
+dilated", "the spleen measures 16.5 cm"): the vocabulary's descriptions and measurements."""
+
+import json
+
+import pytest
+
+from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.ontology import Measurement, Ontology, measured_sizes
+from medreco.errors import TextFileError
+
+
+@pytest.fixture(scope="module")
+def decomposer():
+    return RuleBasedDecomposer()
+
+
+@pytest.mark.parametrize(
+    ("text", "modality", "expected"),
+    [
+        # a subject and its state, in either order, or named by a noun
+        ("The left pelvicalyceal system and ureter are dilated.", "abdominal_ct", {"hydronephrosis": "positive"}),
+        ("Dilated left renal pelvis.", "ultrasound", {"hydronephrosis": "positive"}),
+        ("Enlargement of the spleen.", "abdominal_ct", {"splenomegaly": "positive", "spleen": "positive"}),
+        (
+            "The liver and spleen are enlarged.",
+            "abdominal_ct",
+            {"hepatomegaly": "positive", "splenomegaly": "positive"},
+        ),
+        ("Pancreas: atrophic, with the main duct dilated.", "abdominal_ct", {"pancreatic duct dilatation": "positive"}),
+        ("The liver is diffusely low in attenuation.", "abdominal_ct", {"hepatic steatosis": "positive"}),
+        (
+            "Volume loss in the right hippocampus.",
+            "brain_mri",
+            {"cerebral atrophy": "positive", "hippocampus": "positive"},
+        ),
+        # negation and hedging apply to the state as to a name
+        ("CBD not dilated.", "ultrasound", {"biliary dilatation": "negative"}),
+        ("The heart is not enlarged.", "chest_xray", {"cardiomegaly": "negative"}),
+        ("No enlargement of the spleen.", "abdominal_ct", {"splenomegaly": "negative"}),
+        ("The gallbladder wall is not thickened.", "ultrasound", {"gallbladder wall thickening": "negative"}),
+        ("Ventricles: not dilated.", "brain_mri", {"hydrocephalus": "negative"}),
+        # a normal state rules the finding out, and reads the other way round when negated
+        (
+            "The portal vein is patent.",
+            "abdominal_ct",
+            {"portal vein thrombosis": "negative", "portal vein": "negative"},
+        ),
+        ("The portal vein is not patent.", "ultrasound", {"portal vein thrombosis": "positive"}),
+        ("The deep veins are fully compressible.", "ultrasound", {"deep vein thrombosis": "negative"}),
+        ("The ventricles are normal in size.", "brain_mri", {"hydrocephalus": "negative"}),
+        ("Ventricles and sulci are normal in size for age.", "brain_mri", {"cerebral atrophy": "negative"}),
+        # another object's state is not the organ's
+        ("The liver lesion is enlarged.", "abdominal_ct", {"hepatomegaly": "not mentioned"}),
+        (
+            "Enlarged thyroid nodule.",
+            "ultrasound",
+            {"thyroid enlargement": "not mentioned", "thyroid nodule": "positive"},
+        ),
+        ("Interval enlargement of the right thyroid nodule.", "ultrasound", {"thyroid enlargement": "not mentioned"}),
+        ("The bladder is adequately distended.", "ultrasound", {"bladder distension": "not mentioned"}),
+        # the name, when the sentence gives one, decides
+        (
+            "The right renal pelvic dilatation represents an extrarenal pelvis rather than hydronephrosis.",
+            "ultrasound",
+            {"hydronephrosis": "negative"},
+        ),
+        # sizes: above the limit the finding, up to the normal limit its absence, in between nothing
+        (
+            "The spleen measures 16.5 cm in craniocaudal length.",
+            "abdominal_ct",
+            {"splenomegaly": "positive", "spleen": "positive"},
+        ),
+        ("The spleen measures 11 cm.", "abdominal_ct", {"splenomegaly": "negative", "spleen": "negative"}),
+        ("The spleen measures 12.5 cm.", "abdominal_ct", {"splenomegaly": "not mentioned"}),
+        ("The ascending aorta measures 5.1 cm in maximal diameter.", "chest_ct", {"aortic aneurysm": "positive"}),
+        ("The infrarenal aorta measures 5.8 cm.", "abdominal_ct", {"abdominal aortic aneurysm": "positive"}),
+        ("CBD 4 mm.", "ultrasound", {"biliary dilatation": "negative"}),
+        (
+            "Subcarinal and right paratracheal lymph nodes measure up to 22 mm in short axis.",
+            "chest_ct",
+            {"mediastinal lymphadenopathy": "positive"},
+        ),
+        ("A subcarinal node of 15 x 8 mm.", "chest_ct", {"mediastinal lymphadenopathy": "negative"}),  # short axis 8 mm
+        ("The spleen contains a cyst measuring 3 cm.", "abdominal_ct", {"splenomegaly": "not mentioned"}),
+    ],
+)
+def test_described_findings(decomposer, text, modality, expected):
+    for name, status in expected.items():
+        entity = decomposer.ontology.find(name, modality)
+        got = decomposer.decompose(text, modality).status(entity.id)
+        assert got is MentionStatus(status), f"{name}: {got.value}"
+
+
+def test_a_measurement_has_a_grey_zone_and_a_dimension():
+    spleen = Measurement(("spleen",), abnormal_above=130.0, normal_up_to=120.0)
+    assert spleen.verdict([165.0]) is True and spleen.verdict([110.0]) is False and spleen.verdict([125.0]) is None
+    node = Measurement(("lymph node",), abnormal_above=10.0, normal_up_to=10.0, dimension="smallest")
+    assert node.verdict(measured_sizes("15 x 8", "mm")) is False
+    assert measured_sizes("1.5 x 1.2", "cm") == [15.0, 12.0]
+
+
+def _extension(block: dict) -> dict:
+    entity = {"id": "us/abnormal/ovarian-enlargement@ovaries", "level": "abnormal", "name": "Ovarian enlargement"}
+    return {"families": {"US": {"modalities": ["ultrasound"], "entities": [{**entity, **block}]}}}
+
+
+def test_users_add_descriptions_and_measurements(tmp_path):
+    path = tmp_path / "extra.json"
+    block = {
+        "descriptions": [{"subjects": ["adnexa"], "states": ["bulky"], "normal_states": ["unremarkable"]}],
+        "measurements": [{"subjects": ["ovarian volume"], "abnormal_above": "20 mm", "normal_up_to": "10 mm"}],
+    }
+    path.write_text(json.dumps(_extension(block)))
+    reader = RuleBasedDecomposer(Ontology.load(path))
+    finding = "us/abnormal/ovarian-enlargement@ovaries"
+    assert reader.decompose("The left adnexa is bulky.", "ultrasound").status(finding) is MentionStatus.POSITIVE
+    assert reader.decompose("The adnexa are unremarkable.", "ultrasound").status(finding) is MentionStatus.NEGATIVE
+    assert reader.decompose("Ovarian volume 25 mm.", "ultrasound").status(finding) is MentionStatus.POSITIVE
+
+
+@pytest.mark.parametrize(
+    ("block", "problem"),
+    [
+        ({"descriptions": [{"subjects": ["adnexa"]}]}, "states or normal_states"),
+        ({"measurements": [{"subjects": ["ovary"], "abnormal_above": "big", "normal_up_to": "1 cm"}]}, "a size"),
+        ({"measurements": [{"subjects": ["ovary"], "abnormal_above": "1 cm", "normal_up_to": "2 cm"}]}, "normal_up_to"),
+    ],
+)
+def test_a_bad_description_names_the_file(tmp_path, block, problem):
+    path = tmp_path / "extra.json"
+    path.write_text(json.dumps(_extension(block)))
+    with pytest.raises(TextFileError, match=problem) as error:
+        Ontology.load(path)
+    assert str(path) in str(error.value)
