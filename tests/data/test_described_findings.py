@@ -83,6 +83,18 @@ def decomposer():
         ),
         ("A subcarinal node of 15 x 8 mm.", "chest_ct", {"mediastinal lymphadenopathy": "negative"}),  # short axis 8 mm
         ("The spleen contains a cyst measuring 3 cm.", "abdominal_ct", {"splenomegaly": "not mentioned"}),
+        # limits that hold in some sentences only: an endometrium's after the menopause
+        (
+            "The endometrium measures 18 mm in this postmenopausal woman.",
+            "ultrasound",
+            {"endometrial thickening": "positive", "endometrium": "positive"},
+        ),
+        (
+            "Endometrial thickness 3 mm, appropriate for postmenopausal status.",
+            "ultrasound",
+            {"endometrial thickening": "negative"},
+        ),
+        ("The endometrium measures 12 mm.", "ultrasound", {"endometrial thickening": "not mentioned"}),
     ],
 )
 def test_described_findings(decomposer, text, modality, expected):

@@ -371,6 +371,41 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "abdominal_ct",
             {"liver": "positive", "spleen": "negative"},
         ),
+        # round 7: after a negated item, "and" before a mention with a verb of its own starts a new clause
+        (
+            "There is no free gas and haemoperitoneum is tracking around the spleen.",
+            "abdominal_ct",
+            {"pneumoperitoneum": "negative", "haemoperitoneum": "positive"},
+        ),
+        ("No effusion or pneumothorax is seen.", "chest_xray", {"pneumothorax": "negative"}),
+        # a spaced dash ends a clause; "X favoured"; a removal right after a name; "returned to normal"
+        (
+            "Adnexal mass with a fat-fluid level and no flow - dermoid favoured.",
+            "ultrasound",
+            {"dermoid cyst": "uncertain"},
+        ),
+        (
+            "Post left frontal craniotomy and meningioma resection.",
+            "brain_mri",
+            {"craniotomy": "positive", "meningioma": "negative"},
+        ),
+        ("The resection cavity is unchanged.", "brain_mri", {"resection cavity": "positive"}),
+        (
+            "The mediastinal lymph nodes described previously have returned to normal size.",
+            "chest_ct",
+            {"mediastinal lymphadenopathy": "negative"},
+        ),
+        # a finding where a negated one would be is there, however far the negation; a modifier's mention
+        (
+            "There is no enhancing component to suggest malignancy within the 4 cm left renal cyst.",
+            "abdominal_ct",
+            {"renal cyst": "positive"},
+        ),
+        (
+            "The perihepatic collection seen after cholecystectomy has completely resolved.",
+            "ultrasound",
+            {"cholecystectomy": "positive"},
+        ),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -96,7 +96,7 @@ CLAUSE_BREAK = re.compile(
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|apart from|aside from|other than|"
     r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;()]|"
     r"(?<!\bvs)(?<!\bv)(?<!\be\.g)(?<!\bi\.e)(?<!\bapprox)(?<!\bincl)(?<!\bcf)(?<!\bdr)(?<!\bno)(?<!\bfig)\.(?=\s)|"
-    r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b",
+    r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b|(?<!\d)\s[-\u2013\u2014]\s(?!\d)",
     re.I,
 )
 _TRIGGER_WORD = re.compile(
@@ -124,6 +124,14 @@ def _last_trigger_negates(text: str) -> bool:
 
 # ", and" followed by a new description (not the next item of a negated list) also ends a scope.
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
+# "and X is tracking ...": after a negated item, a mention with a verb of its own starts a new clause
+_AND_BEFORE = re.compile(r"\band\s+(?:(?:the|an?)\s+)?(?:[\w-]+\s+){0,2}$", re.I)  # searched in `before + " "`
+_OWN_PREDICATE = re.compile(
+    r"^\s*(?:is|are|was|were|has|have)\s+(?:(?:now|also|again|still)\s+)?"
+    r"(?!(?:not|no|seen|identified|present|noted|demonstrated|evident|detected|visuali[sz]ed|appreciated|excluded|"
+    r"shown|suspected|found)\b)[a-z]+(?:ing|ed)\b",
+    re.I,
+)
 
 # Phrases that look like negation or uncertainty but are neither (NegEx "pseudo-triggers").
 PSEUDO = [
@@ -249,7 +257,7 @@ UNCERTAIN_POST = [
     r"if (?:present|any)",
     r"not (?:entirely )?excluded",
     r"(?:is|are) (?:also )?(?:an? )?(?:alternative |other )?considerations?",
-    r"(?:is|are) (?:\w+ )?favou?red(?! to (?:represent|be|reflect|indicate))",
+    r"(?:(?:is|are) (?:\w+ )?)?favou?red(?! to (?:represent|be|reflect|indicate))",
     r"(?:is|are) in the differential",
     r"as (?:an? |other |less likely |possible )?(?:alternatives?|differentials?|possibilit(?:y|ies)|considerations?)",
     r"(?:is|are) (?:the )?(?:(?:main|leading|primary|chief|principal|favou?red|likeliest|most likely|other) )?"
@@ -358,8 +366,10 @@ NEGATIVE_POST = [
 NEGATIVE_NEXT = [
     r"(?:(?:is|are|was|were|being|appears?|remains?|seems?|looks?|of|within|in|the|a|size|sized|calib(?:er|re)|otherwise|"
     r"overall|entirely|completely|essentially|grossly|again|now|still|both|all|also|and)\s+){0,4}"
-    r"(?:normal|unremarkable|clear|natural)"
+    r"(?:normal|unremarkable|clear|natural)",
 ]
+# Right after a mention, its removal: "craniotomy and meningioma resection" (the meningioma is gone).
+_REMOVED_NEXT = re.compile(r"(?:resection|excision|extirpation)\b(?!\s+(?:cavity|bed|margin|site))", re.I)
 # An anatomical structure is abnormal only when the text says how; mentioned plainly it is normal.
 ABNORMAL_CUE = re.compile(
     r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|(?<!well )(?<!well-)distend\w+|distension|"
@@ -434,7 +444,7 @@ def _mask_differential_subjects(masked: str) -> str:
 # the phrase is about that subject, not about the finding inside the phrase.
 _MODIFIERS = (
     r"(?:surrounding|around|adjacent to|near|abutting|involving|within|in|at|from|along|associated with|"
-    r"related to|at the site of|of|on|arising from|underlying)"
+    r"related to|at the site of|of|on|arising from|underlying|(?:seen |noted |present )?(?:after|following))"
 )
 _MODIFIER_WORDS = (
     r"(?:(?!(?:is|are|was|were|has|have|had|may|might|could|can|represents?|reflects?|suggest\w*|likely|possibly|"
@@ -446,7 +456,7 @@ _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}
 _COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
 _WHERE_THE_OTHER_IS = re.compile(
-    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,3}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
+    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,5}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
     rf"(?:[\w-]+\s+){{1,3}}(?:within|inside|in))\s+"
     rf"(?:the|this|that|its)\s+(?:(?!(?:no|not|without|nor|or|and)\b)[\w.-]+\s+){{0,4}}$",
     re.I,
@@ -544,7 +554,8 @@ def _compiled_matchers(entities: tuple[Entity, ...]) -> _MatcherSet:
                     matchers.append(_Matcher(pattern, entity, None, starts, normal=normal))
         for measurement in entity.measurements:
             pattern = re.compile(rf"(?<![\w-]){measurement_pattern(measurement)}", re.I)
-            matchers.append(_Matcher(pattern, entity, None, _subject_starts(measurement.subjects), measurement))
+            needs = re.compile(measurement.context, re.I) if measurement.context else None
+            matchers.append(_Matcher(pattern, entity, needs, _subject_starts(measurement.subjects), measurement))
     by_start: dict[str, list[int]] = {}
     for index, matcher in enumerate(matchers):
         for start in matcher.starts or ():
@@ -677,7 +688,10 @@ class RuleBasedDecomposer(ReportDecomposer):
         before = self._window_before(masked, clause_start, start, marks)
         structure = entity is not None and entity.level == "anatomy"
         status = self._pre_status(before, masked[clause_start:start], structure)
-        if status is MentionStatus.NEGATIVE and not structure and _WHERE_THE_OTHER_IS.search(before + " "):
+        if status is MentionStatus.NEGATIVE and _AND_BEFORE.search(before + " ") and _OWN_PREDICATE.match(masked[end:]):
+            status = None  # "no free gas and haemoperitoneum is tracking around the spleen": a new clause
+        wide = self._window_before(masked, clause_start, start, marks, window=2 * self.window)
+        if status is MentionStatus.NEGATIVE and not structure and _WHERE_THE_OTHER_IS.search(wide + " "):
             status = MentionStatus.POSITIVE  # "no fat within the nodule": the nodule is there
         if status is None:
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
@@ -714,7 +728,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         status = self.mention_status(sentence, start, end, mentions, entity, readings)
         return _INVERSE.get(status, status) if how == _INVERTED else status
 
-    def _window_before(self, masked: str, clause_start: int, start: int, mentions) -> str:
+    def _window_before(self, masked: str, clause_start: int, start: int, mentions, window: int | None = None) -> str:
         """The words before a mention that a pre-trigger may stand in: back to the clause start, at most
         `window` words that are not other mentions, and not past ", and" that opens a new description."""
         text = masked[clause_start:start]
@@ -737,7 +751,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         for index in range(len(words) - 1, -1, -1):
             if words[index] != _OTHER_MENTION and words[index].strip(",") not in ("or", "and", "nor", ""):
                 kept += 1
-            if kept > self.window:
+            if kept > (window or self.window):
                 return " ".join(words[index + 1 :])
         return " ".join(words)
 
@@ -775,6 +789,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             _NEGATIVE_POST.search(immediate[:80])
             or _NEGATIVE_POST.search(listed[:60])
             or _NEGATIVE_NEXT.match(immediate.lstrip(" ,:"))
+            or _REMOVED_NEXT.match(immediate.lstrip())
             or _NEGATIVE_NEXT.match(listed)
         ):
             return MentionStatus.NEGATIVE

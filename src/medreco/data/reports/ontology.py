@@ -95,12 +95,14 @@ class Measurement:
     """A finding given by a size: one of `subjects` measuring more than `abnormal_above` millimetres
     is the finding; up to `normal_up_to` it is absent ("the spleen measures 11 cm"); in between
     the size alone says nothing. `dimension`: which of several dimensions counts ("largest", or
-    "smallest" for a lymph node's short axis)."""
+    "smallest" for a lymph node's short axis); `context`: where the limits hold only in some
+    sentences (an endometrium's after the menopause)."""
 
     subjects: tuple[str, ...]
     abnormal_above: float
     normal_up_to: float
     dimension: str = "largest"
+    context: str | None = None  # a pattern the sentence must match for these limits ("post-?menopausal")
 
     def verdict(self, sizes_mm: list[float]) -> bool | None:
         """True (the finding), False (normal) or None (between the limits) for a measured size."""
@@ -138,6 +140,7 @@ def _measurement(item: dict, block: dict) -> Measurement:
         _millimetres(block["abnormal_above"], where),
         _millimetres(block["normal_up_to"], where),
         block.get("dimension", "largest"),
+        block.get("context"),
     )
     if measurement.dimension not in ("largest", "smallest") or measurement.normal_up_to > measurement.abnormal_above:
         raise ValueError(f"{where}: dimension is 'largest' or 'smallest', and normal_up_to <= abnormal_above")
