@@ -395,6 +395,12 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "chest_ct",
             {"mediastinal lymphadenopathy": "negative"},
         ),
+        # a list of alternatives may hold words the vocabulary lacks
+        (
+            "Thickened gallbladder wall, no stones - hepatitis, hypoalbuminaemia or acalculous cholecystitis.",
+            "ultrasound",
+            {"acalculous cholecystitis": "uncertain"},
+        ),
         # a finding where a negated one would be is there, however far the negation; a modifier's mention
         (
             "There is no enhancing component to suggest malignancy within the 4 cm left renal cyst.",

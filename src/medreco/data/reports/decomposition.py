@@ -418,10 +418,14 @@ _FILLER = (
     r"(?:(?:an?|the)\s+)?(?:(?!(?:without|with|and|or|nor|no|not|may|might|could|can|represents?|reflects?|is|are|"
     r"was|were|be|includ\w*|suggest\w*|possibly|likely|probably|due|in|of|to|for|from|at|on)\b)[\w-]+\s+){0,2}"
 )
+# an item of such a list: another mention, or a word the vocabulary lacks ("hypoalbuminaemia")
+_LISTED = rf"(?:{_OTHER_MENTION}|(?!(?:or|and|nor)\b)[a-z-]+\b)"
 _ALTERNATIVE_AFTER = re.compile(
-    rf"(?:\s*,\s*{_FILLER}{_OTHER_MENTION})*\s*,?\s*(?:and/)?or\s+(?:possibly\s+)?{_FILLER}{_OTHER_MENTION}", re.I
+    rf"(?:\s*,\s*{_FILLER}{_LISTED})*\s*,?\s*(?<![\w-])(?:and/)?or\s+(?:possibly\s+)?{_FILLER}{_OTHER_MENTION}", re.I
 )
-_ALTERNATIVE_BEFORE = re.compile(rf"{_OTHER_MENTION}\s*,?\s*(?:and/)?or\s+(?:possibly\s+)?{_FILLER}$", re.I)
+_ALTERNATIVE_BEFORE = re.compile(
+    rf"{_OTHER_MENTION}(?:\s*,\s*{_FILLER}{_LISTED})*\s*,?\s*(?<![\w-])(?:and/)?or\s+(?:possibly\s+)?{_FILLER}$", re.I
+)
 # "Differential for <subject> includes A, B": the subject is what was seen, the list is uncertain.
 _DIFFERENTIAL_FOR = re.compile(
     r"\b(?:differential(?: diagnos[ie]s| considerations?)?|ddx|(?:diagnostic )?considerations|possibilities)\s+"
