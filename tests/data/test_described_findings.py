@@ -50,6 +50,14 @@ def decomposer():
         ("The deep veins are fully compressible.", "ultrasound", {"deep vein thrombosis": "negative"}),
         ("The ventricles are normal in size.", "brain_mri", {"hydrocephalus": "negative"}),
         ("Ventricles and sulci are normal in size for age.", "brain_mri", {"cerebral atrophy": "negative"}),
+        (
+            "The heart is normal in size and the pulmonary vasculature is not engorged.",
+            "chest_xray",
+            {"cardiomegaly": "negative"},
+        ),
+        # an organ surgically absent: the operation is there, the organ is not
+        ("Gallbladder: Surgically absent.", "ultrasound", {"cholecystectomy": "positive", "gallbladder": "negative"}),
+        ("Both hippocampi are small.", "brain_mri", {"hippocampal atrophy": "positive"}),
         # another object's state is not the organ's
         ("The liver lesion is enlarged.", "abdominal_ct", {"hepatomegaly": "not mentioned"}),
         (

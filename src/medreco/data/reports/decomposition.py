@@ -355,6 +355,7 @@ NEGATIVE_POST = [
     r"(?:has|have) normali[sz]ed",
     r"(?:has|have) (?:since |now )?returned to normal",
     r"(?:is|are) (?:surgically )?absent",
+    r"surgically (?:absent|removed)",
     r"wnl",
     r"no longer (?:seen|present|identified|visuali[sz]ed|demonstrated|evident|visible|appreciated|detectable|"
     r"measurable|discernible|identifiable|in place)",
@@ -490,6 +491,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 _INVERTED = "inverted"  # a normal state ("the portal vein is patent") says the finding is absent
+_PREDICATE = "predicate"  # a state said of its subject ("the spleen is [enlarged]"): read as worded
 _INVERSE = {MentionStatus.POSITIVE: MentionStatus.NEGATIVE, MentionStatus.NEGATIVE: MentionStatus.POSITIVE}
 
 
@@ -632,6 +634,8 @@ class RuleBasedDecomposer(ReportDecomposer):
             described = has_state or matcher.measurement is not None
             for match in matcher.pattern.finditer(sentence):
                 how: MentionStatus | str | None = _INVERTED if matcher.normal else None
+                if how is None and has_state and match.group("state"):
+                    how = _PREDICATE
                 if matcher.measurement is not None:
                     verdict = matcher.measurement.verdict(measured_sizes(match.group("size"), match.group("unit")))
                     if verdict is None:
@@ -687,8 +691,9 @@ class RuleBasedDecomposer(ReportDecomposer):
         clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
-        # other mentions are marks in the text; a normal state is no mark ("are [normal in size]" is a trigger)
-        marks = _outermost([m for m in mentions if (readings or {}).get(m[:2]) != _INVERTED])
+        # other mentions are marks in the text; a stated state is no mark: its words say how the subject is
+        # ("the spleen is [not enlarged]", "are [normal in size]")
+        marks = _outermost([m for m in mentions if (readings or {}).get(m[:2]) not in (_INVERTED, _PREDICATE)])
         before = self._window_before(masked, clause_start, start, marks)
         structure = entity is not None and entity.level == "anatomy"
         status = self._pre_status(before, masked[clause_start:start], structure)
@@ -700,7 +705,9 @@ class RuleBasedDecomposer(ReportDecomposer):
         if status is None:
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
             in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
-            status = MentionStatus.POSITIVE if in_modifier else self._post_status(masked, end, clause_end, marks)
+            # a normal state is the predicate itself: what follows it is about other things
+            stated = in_modifier or (readings or {}).get((start, end)) == _INVERTED
+            status = MentionStatus.POSITIVE if stated else self._post_status(masked, end, clause_end, marks)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
