@@ -392,13 +392,16 @@ def test_llm_mining_resumes_without_asking_an_answered_prompt_again(server, tmp_
 
     monkeypatch.setenv("MEDRECO_LLM_API_KEY", KEY)
     manifest = _llm_manifest(tmp_path)
-    prompts = 6 * len(_diseases())  # one per report and chest radiograph disease
-    FakeLLM.script = [None] * 30 + [400]  # the server fails mid-run: the run stops with a one-line error
+    per_report = len(_diseases())  # one prompt per report and chest radiograph disease
+    prompts = 6 * per_report
+    # the server fails mid-run, after each of the two workers could finish a report: one-line error
+    answered_first = 2 * per_report + 2
+    FakeLLM.script = [None] * answered_first + [400]
     assert _mine_llm(manifest, tmp_path / "out", server, "--workers", "2", "--llm-retries", "0") == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "HTTP 400" in error and KEY not in error
     interrupted = len(FakeLLM.answered)
-    assert 30 <= interrupted < prompts
+    assert answered_first <= interrupted < prompts
     assert _mine_llm(manifest, tmp_path / "out", server, "--workers", "2") == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["studies"] == 6
