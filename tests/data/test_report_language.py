@@ -1,11 +1,11 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds ten sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds twelve sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl` to `dev7.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+`dev.jsonl` to `dev8.jsonl` are development sets (the rules and the vocabulary were tuned on them;
 dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 to
-dev7 were written to the labelling guide in docs/mining.md), `test.jsonl`, `test2.jsonl` and
-`test3.jsonl` are held out (never tuned on, their errors never read; test3 was scored once; see
+dev8 were written to the labelling guide in docs/mining.md), `test.jsonl` to `test4.jsonl` are
+held out (never tuned on, their errors never read; test4 was scored once; see
 docs/report-language.md for how each was used).
 See docs/mining.md, "How well it reads real reports"."""
 
@@ -29,7 +29,7 @@ DEVELOPMENT = {
     "dev7.jsonl": 389,
     "dev8.jsonl": 377,
 }
-HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380}
+HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380, "test4.jsonl": 369}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -69,15 +69,20 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
 
 @pytest.mark.parametrize(
     ("name", "accuracy", "coverage"),
-    [("test.jsonl", 0.94, 0.97), ("test2.jsonl", 0.93, 0.90), ("test3.jsonl", 0.905, 0.94)],
+    [
+        ("test.jsonl", 0.95, 0.97),
+        ("test2.jsonl", 0.93, 0.91),
+        ("test3.jsonl", 0.92, 0.95),
+        ("test4.jsonl", 0.90, 0.94),
+    ],
 )
 def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
-    """The target is 95%; the held-out sets are read at 94.6% (test), 93.1% (test2) and 91.1% (test3,
-    scored once) on the statuses of entities the vocabulary resolves (91.9%, 84.4% and 85.9% counting
-    the names it lacks; never tuned on): this guards against regression. README and docs/mining.md
-    give the numbers."""
+    """The target is 95%; the held-out sets are read at 95.3% (test), 93.6% (test2), 92.5% (test3) and
+    90.3% (test4, scored once) on the statuses of entities the vocabulary resolves (92.7%, 85.5%, 88.0%
+    and 85.0% counting the names it lacks; never tuned on): this guards against regression. README
+    and docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / name)
-    assert result["labels"] >= 840
+    assert result["labels"] >= 760
     assert result["status_accuracy_resolved"] >= accuracy
     assert result["vocabulary_coverage"] >= coverage
     assert set(result["by_modality"]) == FAMILIES
