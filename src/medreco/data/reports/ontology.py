@@ -116,7 +116,7 @@ def _millimetres(text: str, where: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(mm|cm)\s*", text)
     if match is None:
         raise ValueError(f"{where}: a size such as '13 cm' or '7 mm', not {text!r}")
-    return float(match.group(1)) * (10.0 if match.group(2) == "cm" else 1.0)
+    return measured_sizes(match.group(1), match.group(2))[0]
 
 
 def _fields(item: dict, block: dict, kind: str, required: tuple[str, ...]) -> None:
