@@ -417,6 +417,29 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "ultrasound",
             {"cholecystectomy": "positive"},
         ),
+        # terse dictation: a state said of a subject after a negated finding and a comma is its own clause,
+        # and "clear," is no negation of the next structure
+        (
+            "Lungs without consolidation, mediastinum widened to 9 cm.",
+            "chest_xray",
+            {"consolidation": "negative", "mediastinal widening": "positive", "lungs": "negative"},
+        ),
+        (
+            "No gallstones, CBD dilated to 9 mm.",
+            "ultrasound",
+            {"gallstones": "negative", "biliary dilatation": "positive"},
+        ),
+        ("No gallstones, CBD not dilated.", "ultrasound", {"biliary dilatation": "negative"}),
+        ("No ascites, spleen enlarged.", "abdominal_ct", {"ascites": "negative", "splenomegaly": "positive"}),
+        ("Lungs clear, heart enlarged.", "chest_xray", {"lungs": "negative", "cardiomegaly": "positive"}),
+        ("Neither the liver nor the spleen is enlarged.", "abdominal_ct", {"splenomegaly": "negative"}),
+        ("No intracranial mass, midline shift or hydrocephalus.", "brain_mri", {"midline shift": "negative"}),
+        # a heading is not its own line's subject
+        (
+            "Heart and great vessels: Normal heart size. Aneurysmal descending thoracic aorta measuring 4.6 cm.",
+            "chest_ct",
+            {"cardiomegaly": "negative"},
+        ),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

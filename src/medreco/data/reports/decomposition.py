@@ -12,6 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from ...errors import MedReCoError, UnknownEntityError
 from .ontology import (
@@ -82,18 +83,21 @@ SECTION_HEADER = re.compile(
 )
 READ_SECTIONS = ("findings", "impression", "impressions", "conclusion", "conclusions")
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]\s)|\n(?=[A-Z])")
+# Phrases that set one thing apart ("apart from a nodule, the lungs are clear"): a clause ends at one,
+# and a structure called normal beside one is normal but for what was named.
+_EXCEPTION = r"(?:apart from|aside from|except(?: for)?|other than|save for|but for|with the exception of|besides)"
 # Where a trigger's scope ends: the clause (NegEx "termination terms" among these).
 CLAUSE_BREAK = re.compile(
-    r"\b(?:but|however|although|though|yet|except|whereas|which|while|given|despite|nevertheless|besides|"
+    rf"\b(?:{_EXCEPTION}|but|however|although|though|yet|whereas|which|while|given|despite|nevertheless|"
     r"(?<!is )(?<!are )(?<!was )(?<!were )(?<!appears )(?<!appear )(?<!remains )(?<!remain )(?<!be )otherwise|"
     r"status post|s/p|(?:following|after)(?=\s+(?:the\s+|an?\s+|recent\s+|interval\s+|prior\s+)?(?:[\w-]+\s+){0,3}?"
     r"(?:placement|insertion|removal|repositioning|exchange|advancement|withdrawal|surgery|resection|procedure|"
     r"biopsy|drainage|thoracentesis|paracentesis|intubation|extubation|treatment|therapy|chemotherapy|"
     r"radiotherapy|radiation|emboli[sz]ation|ablation|repair|operation|stenting|stent)\b)|"
-    r"with the exception of|save for|(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
+    r"(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
     r"to account for|leaving|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
-    r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|apart from|aside from|other than|"
+    r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|"
     r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;()]|"
     r"(?<!\bvs)(?<!\bv)(?<!\be\.g)(?<!\bi\.e)(?<!\bapprox)(?<!\bincl)(?<!\bcf)(?<!\bdr)(?<!\bno)(?<!\bfig)\.(?=\s)|"
     r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b|(?<!\d)\s[-\u2013\u2014]\s(?!\d)",
@@ -126,6 +130,8 @@ def _last_trigger_negates(text: str) -> bool:
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
 # "and X is tracking ...": after a negated item, a mention with a verb of its own starts a new clause
 _AND_BEFORE = re.compile(r"\band\s+(?:(?:the|an?)\s+)?(?:[\w-]+\s+){0,2}$", re.I)  # searched in `before + " "`
+_STATED = re.compile(r"\b(?:is|are|was|were|appears?|remains?)\b|\w+ed$", re.I)
+_COMMA_ONLY = re.compile(r"\s*,\s*(?:the\s+)?$", re.I)  # between a listed finding and a stated state's subject
 _OWN_PREDICATE = re.compile(
     r"^\s*(?:is|are|was|were|has|have)\s+(?:(?:now|also|again|still)\s+)?"
     r"(?!(?:not|no|seen|identified|present|noted|demonstrated|evident|detected|visuali[sz]ed|appreciated|excluded|"
@@ -599,6 +605,25 @@ def _sentence_starts(sentence: str) -> frozenset[str]:
     return frozenset(w[:n] for w in words for n in (1, 2, 3))
 
 
+class _Mention(NamedTuple):
+    """An entity found in a sentence, and how to read it."""
+
+    start: int
+    end: int
+    entity: Entity
+    # the status its size gives, _INVERTED (a normal state of the finding's subject), _PREDICATE (a
+    # stated abnormal state), or None: as the words around it say
+    how: MentionStatus | str | None
+    described: bool  # described ("the spleen is enlarged") rather than named
+    subject: int  # where its subject starts when a state is said of it ("[the spleen] is enlarged"), else start
+
+
+def _how(readings: dict[tuple[int, int], _Mention] | None, span: tuple[int, int]) -> MentionStatus | str | None:
+    """How the mention at `span` reads (see `_Mention.how`)."""
+    mention = (readings or {}).get(span)
+    return mention.how if mention is not None else None
+
+
 class RuleBasedDecomposer(ReportDecomposer):
     """Offline decomposition with synonyms and NegEx-style scopes; no model, no network.
 
@@ -619,13 +644,11 @@ class RuleBasedDecomposer(ReportDecomposer):
         return [mention[:3] for mention in self._mentions(sentence, entities, heading)]
 
     @staticmethod
-    def _mentions(
-        sentence: str, entities: list[Entity] | _MatcherSet, heading: str = ""
-    ) -> list[tuple[int, int, Entity, MentionStatus | str | None, bool]]:
-        """`find_mentions`, each with how to read it (the status its size gives, `_INVERTED` for a
-        normal state of a finding's subject, or None: as its words say) and whether it is a description."""
+    def _mentions(sentence: str, entities: list[Entity] | _MatcherSet, heading: str = "") -> list[_Mention]:
+        """`find_mentions`, each with how to read it and whether it is a description."""
         matcher_set = entities if isinstance(entities, _MatcherSet) else _compiled_matchers(tuple(entities))
-        candidates, covered = [], []
+        candidates: list[tuple[_Mention, bool]] = []  # each with whether its phrasing needs no context
+        covered = []
         for matcher in matcher_set.relevant(sentence):
             context = matcher.context
             if context is not None and not (context.search(sentence) or (heading and context.search(heading))):
@@ -648,27 +671,41 @@ class RuleBasedDecomposer(ReportDecomposer):
                 else:
                     start, end = match.span()
                 if end > start:
-                    candidates.append((start, end, matcher.entity, context is None, how, described))
+                    mention = _Mention(start, end, matcher.entity, how, described, min(start, match.start()))
+                    candidates.append((mention, context is None))
         candidates = [
-            c for c in candidates if not any(c[2] is e and c[0] < e_end and s < c[1] for s, e_end, e in covered)
+            (m, free)
+            for m, free in candidates
+            if not any(m.entity is e and m.start < e_end and s < m.end for s, e_end, e in covered)
         ]
-        candidates.sort(key=lambda c: (-(c[1] - c[0]), c[4] is None, c[3], _LEVEL_PRIORITY[c[2].level], c[0]))
-        taken: list[tuple[int, int, Entity, MentionStatus | str | None, bool]] = []
-        for start, end, entity, _, how, _ in (c for c in candidates if not c[5]):
-            if all(end <= t[0] or start >= t[1] for t in taken):
-                taken.append((start, end, entity, how, False))
+        candidates.sort(
+            key=lambda c: (
+                -(c[0].end - c[0].start),
+                c[0].how is None,
+                c[1],
+                _LEVEL_PRIORITY[c[0].entity.level],
+                c[0].start,
+            )
+        )
+        taken: list[_Mention] = []
+        for mention in (m for m, _ in candidates if not m.described):
+            if all(mention.end <= t.start or mention.start >= t.end for t in taken):
+                taken.append(mention)
         # Descriptions come after names: they may hold other entities' names ("enlargement of the [spleen]")
         # and share their span with another description ("the liver and spleen are [enlarged]"),
         # but never cut into a name.
-        for start, end, entity, _, how, _ in (c for c in candidates if c[5]):
-            overlapping = [t for t in taken if not (end <= t[0] or start >= t[1])]
+        for mention in (m for m, _ in candidates if m.described):
+            overlapping = [t for t in taken if not (mention.end <= t.start or mention.start >= t.end)]
             if all(
-                t[2] is not entity
-                and ((start <= t[0] and t[1] <= end and not t[4]) or (t[4] and t[:2] == (start, end)))
+                t.entity is not mention.entity
+                and (
+                    (mention.start <= t.start and t.end <= mention.end and not t.described)
+                    or (t.described and (t.start, t.end) == (mention.start, mention.end))
+                )
                 for t in overlapping
             ):
-                taken.append((start, end, entity, how, True))
-        return sorted(taken, key=lambda c: c[0])
+                taken.append(mention)
+        return sorted(taken, key=lambda m: m.start)
 
     def mention_status(
         self,
@@ -677,12 +714,12 @@ class RuleBasedDecomposer(ReportDecomposer):
         end: int,
         mentions: list[tuple[int, int, Entity]] = (),
         entity: Entity | None = None,
-        readings: dict[tuple[int, int], MentionStatus | str] | None = None,
+        readings: dict[tuple[int, int], _Mention] | None = None,
     ) -> MentionStatus:
         """NegEx within the mention's clause. `mentions`: every mention in the sentence (other entities
         do not use up the trigger window); `entity`: the one at (start, end), so that a plainly
-        mentioned anatomical structure reads as normal; `readings`: how to read other mentions (span ->
-        the status a size gives, or `_INVERTED`)."""
+        mentioned anatomical structure reads as normal; `readings`: the mentions with a reading of their
+        own (span -> mention: the status a size gives, a normal state, a stated state)."""
         # a pseudo-trigger that is part of the mention is no pseudo-trigger ("no [enlargement of the spleen]")
         masked = _PSEUDO.sub(
             lambda m: m.group() if m.start() < end and start < m.end() else " " * len(m.group()), sentence
@@ -693,12 +730,26 @@ class RuleBasedDecomposer(ReportDecomposer):
         clause_end = following.start() if following else len(masked)
         # other mentions are marks in the text; a stated state is no mark: its words say how the subject is
         # ("the spleen is [not enlarged]", "are [normal in size]")
-        marks = _outermost([m for m in mentions if (readings or {}).get(m[:2]) not in (_INVERTED, _PREDICATE)])
+        readings = readings or {}
+        marks = _outermost([m for m in mentions if _how(readings, m[:2]) not in (_INVERTED, _PREDICATE)])
         before = self._window_before(masked, clause_start, start, marks)
         structure = entity is not None and entity.level == "anatomy"
         status = self._pre_status(before, masked[clause_start:start], structure)
         if status is MentionStatus.NEGATIVE and _AND_BEFORE.search(before + " ") and _OWN_PREDICATE.match(masked[end:]):
             status = None  # "no free gas and haemoperitoneum is tracking around the spleen": a new clause
+        own = readings.get((start, end))
+        if status is MentionStatus.NEGATIVE and own is not None and own.how == _PREDICATE:
+            # "No gallstones, CBD dilated to 9 mm": a state said of a subject listed after another finding
+            # and a comma is a clause of its own
+            listed = [m for m in marks if clause_start <= m[0] and m[1] <= own.subject]
+            own_words = masked[own.subject : start]  # "CBD [not] dilated" negates itself
+            if (
+                listed
+                and _COMMA_ONLY.match(masked[max(m[1] for m in listed) : own.subject])
+                and _STATED.search(masked[own.subject : end])  # a verb, not a noun ("no mass, midline shift")
+                and self._pre_status(own_words, own_words, structure) is None
+            ):
+                status = None
         wide = self._window_before(masked, clause_start, start, marks, window=2 * self.window)
         if status is MentionStatus.NEGATIVE and not structure and _WHERE_THE_OTHER_IS.search(wide + " "):
             status = MentionStatus.POSITIVE  # "no fat within the nodule": the nodule is there
@@ -706,7 +757,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             # "the oedema surrounding the metastasis has cleared": the verb is about the subject only
             in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
             # a normal state is the predicate itself: what follows it is about other things
-            stated = in_modifier or (readings or {}).get((start, end)) == _INVERTED
+            stated = in_modifier or _how(readings, (start, end)) == _INVERTED
             status = MentionStatus.POSITIVE if stated else self._post_status(masked, end, clause_end, marks)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
@@ -720,10 +771,13 @@ class RuleBasedDecomposer(ReportDecomposer):
                     clause[other_start - clause_start : other_end - clause_start] = " " * (other_end - other_start)
             if not _abnormal_words("".join(clause)):
                 # "an intimal flap in the descending aorta": the structure is as its finding is
+                in_clause = [m for m in mentions if clause_start <= m[0] and m[1] <= clause_end]
+                named = {other.id for _, _, other in in_clause if other.level == "anatomy"}
+                # ... not as another structure named with its finding ("lungs clear, mediastinum widened")
                 findings = [
                     self._read(sentence, other_start, other_end, mentions, other, readings)
-                    for other_start, other_end, other in mentions
-                    if other.level != "anatomy" and clause_start <= other_start and other_end <= clause_end
+                    for other_start, other_end, other in in_clause
+                    if other.level != "anatomy" and self._about(other, entity, named)
                 ]
                 for found in (MentionStatus.POSITIVE, MentionStatus.UNCERTAIN):
                     if found in findings:
@@ -731,9 +785,15 @@ class RuleBasedDecomposer(ReportDecomposer):
                 return MentionStatus.NEGATIVE
         return status
 
+    def _about(self, finding: Entity, structure: Entity, named: set[str]) -> bool:
+        """Whether a finding in a structure's clause is about it: its own, one of no structure, or one of a
+        structure the clause does not name ("volume loss in the right hippocampus" is the brain's)."""
+        anatomy = self.ontology.anatomy_of(finding)
+        return anatomy is None or anatomy is structure or anatomy.id not in named
+
     def _read(self, sentence: str, start: int, end: int, mentions, entity: Entity, readings) -> MentionStatus:
         """A mention's status, read as `readings` says: a size's status, inverted, or as worded."""
-        how = (readings or {}).get((start, end))
+        how = _how(readings, (start, end))
         if isinstance(how, MentionStatus):
             return how
         status = self.mention_status(sentence, start, end, mentions, entity, readings)
@@ -818,7 +878,12 @@ class RuleBasedDecomposer(ReportDecomposer):
         found = [
             *_triggers(_UNCERTAIN_PRE, before, "uncertain"),
             *_triggers(_NEGATIVE_PRE, before, "negative"),
-            *[t for t in _triggers(adjacent, before, "negative") if t[0] >= adjacent_from],
+            # right before the mention, not across a comma ("lungs clear, heart enlarged")
+            *[
+                t
+                for t in _triggers(adjacent, before, "negative")
+                if t[0] >= adjacent_from and "," not in before[t[1] :]
+            ],
         ]
         triggers: list[tuple[int, int, str, str]] = []
         for trigger in sorted(found, key=lambda t: t[0] - t[1]):  # overlapping triggers: the longer one
@@ -860,14 +925,14 @@ class RuleBasedDecomposer(ReportDecomposer):
                 heading = _heading(sentence) or heading
                 read_mentions = self._mentions(sentence, matchers, heading)
                 mentions = [mention[:3] for mention in read_mentions]
-                readings = {(start, end): how for start, end, _, how, _ in read_mentions if how is not None}
+                readings = {(m.start, m.end): m for m in read_mentions if m.how is not None}
                 statuses = [
                     self._read(sentence, start, end, mentions, entity, readings) for start, end, entity in mentions
                 ]
                 # a finding both described and named: the name decides ("renal pelvic dilatation
                 # represents an extrarenal pelvis rather than hydronephrosis")
-                named = {entity.id for _, _, entity, _, described in read_mentions if not described}
-                kept = [i for i, m in enumerate(read_mentions) if not (m[4] and m[2].id in named)]
+                named = {m.entity.id for m in read_mentions if not m.described}
+                kept = [i for i, m in enumerate(read_mentions) if not (m.described and m.entity.id in named)]
                 mentions, statuses = [mentions[i] for i in kept], [statuses[i] for i in kept]
                 statuses = _structures_in_context(sentence, mentions, _hedged_evidence(sentence, mentions, statuses))
                 for (start, end, entity), status in zip(mentions, statuses):
@@ -912,13 +977,9 @@ def _heading(sentence: str) -> str:
 
 _OTHERWISE = re.compile(r"\b(?:otherwise|remaining|remainder of|rest of)\b", re.I)
 # "Lungs clear apart from basal scarring": the organ is normal but for what is named after it.
-_EXCEPT_TRAILING = re.compile(
-    r"^[\w\s-]{0,30}?\b(?:apart from|aside from|except(?: for)?|other than|save for|but for)\b", re.I
-)
+_EXCEPT_TRAILING = re.compile(rf"^[\w\s-]{{0,30}}?\b{_EXCEPTION}\b", re.I)
 # "Apart from a small nodule, the lungs are clear": the organ is normal but for what was named.
-_EXCEPT_LEADING = re.compile(
-    r"^\s*(?:apart from|aside from|except for|other than|with the exception of|save for|besides)\b[^,;]*,", re.I
-)
+_EXCEPT_LEADING = re.compile(rf"^\s*{_EXCEPTION}\b[^,;]*,", re.I)
 
 
 def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
