@@ -434,6 +434,26 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
         ("Lungs clear, heart enlarged.", "chest_xray", {"lungs": "negative", "cardiomegaly": "positive"}),
         ("Neither the liver nor the spleen is enlarged.", "abdominal_ct", {"splenomegaly": "negative"}),
         ("No intracranial mass, midline shift or hydrocephalus.", "brain_mri", {"midline shift": "negative"}),
+        # hedges after a mention: that one alone ("being most likely"), or the pair ("cannot be distinguished");
+        # "seen with" says what is there unless it "can be" seen with it; "A or" a phrase the vocabulary lacks
+        (
+            "Perilymphatic nodules and hilar adenopathy, sarcoidosis being most likely.",
+            "chest_ct",
+            {"sarcoidosis": "uncertain", "hilar lymphadenopathy": "positive"},
+        ),
+        (
+            "Nodular pleural thickening; mesothelioma and pleural metastases cannot be distinguished on imaging.",
+            "chest_ct",
+            {"mesothelioma": "uncertain", "pleural thickening": "positive"},
+        ),
+        ("Superimposed infection is difficult to exclude.", "chest_xray", {"pneumonia": "uncertain"}),
+        ("Emphysema is seen with apical bullae.", "chest_ct", {"bullae": "positive"}),
+        ("These appearances can be seen with sarcoidosis.", "chest_ct", {"sarcoidosis": "uncertain"}),
+        (
+            "The right testis is enlarged and hypoechoic; orchitis or an infiltrative process.",
+            "ultrasound",
+            {"orchitis": "uncertain"},
+        ),
         # a heading is not its own line's subject
         (
             "Heart and great vessels: Normal heart size. Aneurysmal descending thoracic aorta measuring 4.6 cm.",

@@ -230,7 +230,8 @@ UNCERTAIN_PRE = [
     r"cannot be (?:differentiated|distinguished) from",
     r"(?:to )?(?:evaluate|assess|look|search|screen) for",
     r"(?:assessment|evaluation) for",
-    r"(?:can be |is |are )?seen (?:with|in)",
+    # "can be seen with sarcoidosis"; "emphysema is seen with apical bullae" says what is there
+    r"(?:(?:can|may|could) be|(?:is |are )?(?:often|commonly|typically|frequently|classically)) seen (?:with|in)",
     r"attributable to",
     r"attributed to(?! (?:the patient's|known|his|her|their)\b)",
     r"thought to (?:represent|be)",
@@ -265,6 +266,8 @@ UNCERTAIN_POST = [
     r"(?:is|are) (?:also )?(?:an? )?(?:alternative |other )?considerations?",
     r"(?:(?:is|are) (?:\w+ )?)?favou?red(?! to (?:represent|be|reflect|indicate))",
     r"(?:is|are) in the differential",
+    r"cannot be (?:distinguished|differentiated|separated)(?! from)",
+    r"(?:is|are|remains?) difficult to (?:exclude|rule out)",
     r"as (?:an? |other |less likely |possible )?(?:alternatives?|differentials?|possibilit(?:y|ies)|considerations?)",
     r"(?:is|are) (?:the )?(?:(?:main|leading|primary|chief|principal|favou?red|likeliest|most likely|other) )?"
     r"(?:considerations?|differentials?|differential diagnos[ie]s|possibilit(?:y|ies))",
@@ -274,7 +277,12 @@ UNCERTAIN_POST = [
 ]
 # Alternatives offered right after a mention ("pneumonia versus atelectasis"); unlike the post-triggers
 # above they do not reach back along a list ("opacity, atelectasis versus consolidation").
-UNCERTAIN_NEXT = [r"versus", r"vs\.?", r"or (?:less likely|more likely|possibly)"]
+UNCERTAIN_NEXT = [
+    r"versus",
+    r"vs\.?",
+    r"or (?:less likely|more likely|possibly)",
+    r"being (?:the )?(?:most |more )?likely",  # "..., sarcoidosis being most likely": that one alone
+]
 # A cue introducing a possibility: after a negation ("no X to suggest Y"), the possibility is denied.
 _SUGGESTION = re.compile(r"^(?:to suggest|suggestive of|suggests?|suggesting|to indicate|indicative of)$", re.I)
 NEGATIVE_PRE = [
@@ -428,7 +436,7 @@ _FILLER = (
 # an item of such a list: another mention, or a word the vocabulary lacks ("hypoalbuminaemia")
 _LISTED = rf"(?:{_OTHER_MENTION}|(?!(?:or|and|nor)\b)[a-z-]+\b)"
 _ALTERNATIVE_AFTER = re.compile(
-    rf"(?:\s*,\s*{_FILLER}{_LISTED})*\s*,?\s*(?<![\w-])(?:and/)?or\s+(?:possibly\s+)?{_FILLER}{_OTHER_MENTION}", re.I
+    rf"(?:\s*,\s*{_FILLER}{_LISTED})*\s*,?\s*(?<![\w-])(?:and/)?or\s+(?:possibly\s+)?{_FILLER}{_LISTED}", re.I
 )
 _ALTERNATIVE_BEFORE = re.compile(
     rf"{_OTHER_MENTION}(?:\s*,\s*{_FILLER}{_LISTED})*\s*,?\s*(?<![\w-])(?:and/)?or\s+(?:possibly\s+)?{_FILLER}$", re.I
