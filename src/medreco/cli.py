@@ -7,6 +7,7 @@ failure a user can cause exits with status 2 and one line naming the file and th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -230,7 +231,7 @@ def _entities(args: argparse.Namespace) -> int:
 
     entities = Ontology.load(args.extra, paper_only=args.paper_only).entities(args.modality, args.level)
     if args.json:
-        print(json.dumps([{**vars(e), "synonyms": list(e.synonyms)} for e in entities], indent=2))
+        print(json.dumps([dataclasses.asdict(e) for e in entities], indent=2))
         return 0
     for entity in entities:
         where = f"  [in {entity.anatomy}]" if entity.anatomy else ""

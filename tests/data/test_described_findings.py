@@ -66,7 +66,8 @@ def decomposer():
             {"thyroid enlargement": "not mentioned", "thyroid nodule": "positive"},
         ),
         ("Interval enlargement of the right thyroid nodule.", "ultrasound", {"thyroid enlargement": "not mentioned"}),
-        ("The bladder is adequately distended.", "ultrasound", {"bladder distension": "not mentioned"}),
+        # filled for the scan: a normal state, never the finding
+        ("The bladder is adequately distended.", "ultrasound", {"bladder distension": "negative"}),
         # the name, when the sentence gives one, decides
         (
             "The right renal pelvic dilatation represents an extrarenal pelvis rather than hydronephrosis.",

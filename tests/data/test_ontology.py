@@ -84,7 +84,7 @@ def test_lookups(ontology):
     assert ontology.find("cardiomegaly", "chest_xray").term == "cardiac chamber enlargement"
     assert ontology.family_of("abdominal_ct") == "CT" and ontology.family_of("US") == "US"
     with pytest.raises(KeyError):
-        ontology.find("azygos fissure", "chest_ct")
+        ontology.find("tracheal bronchus", "chest_ct")
     with pytest.raises(ValueError, match="no entity family"):
         ontology.family_of("pet")
 
@@ -96,12 +96,12 @@ def test_users_extend_the_vocabulary(tmp_path):
                 "modalities": ["chest_ct"],
                 "entities": [
                     {
-                        "id": "ct/abnormal/azygos-fissure@pleura",
+                        "id": "ct/abnormal/tracheal-bronchus@bronchi",
                         "level": "abnormal",
-                        "name": "Azygos fissure in Pleura",
-                        "term": "azygos fissure",
-                        "anatomy": "Pleura",
-                        "synonyms": ["azygos lobe"],
+                        "name": "Tracheal bronchus in Bronchi",
+                        "term": "tracheal bronchus",
+                        "anatomy": "Bronchi",
+                        "synonyms": ["pig bronchus"],
                     },
                     {
                         "id": "ct/abnormal/emphysema@pulmonary-parenchyma",
@@ -115,7 +115,7 @@ def test_users_extend_the_vocabulary(tmp_path):
     }
     (tmp_path / "extra.json").write_text(json.dumps(extra))
     ontology = Ontology.load(tmp_path / "extra.json")
-    assert ontology.find("azygos lobe", "chest_ct").id == "ct/abnormal/azygos-fissure@pleura"
+    assert ontology.find("pig bronchus", "chest_ct").id == "ct/abnormal/tracheal-bronchus@bronchi"
     emphysema = ontology["ct/abnormal/emphysema@pulmonary-parenchyma"]
     assert "bullous change" in emphysema.synonyms and "emphysematous" in emphysema.synonyms
 
@@ -128,3 +128,9 @@ def test_entities_command(capsys):
     assert "18 entities" in capsys.readouterr().out
     assert main(["entities", "--modality", "brain_mri"]) == 0
     assert int(capsys.readouterr().out.split()[-2]) > 18  # the shipped common findings
+    # described and measured findings list as the extension format writes them
+    assert main(["entities", "--modality", "abdominal_ct", "--json"]) == 0
+    listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
+    spleen = listed["ct/abnormal/splenomegaly@spleen-splenic-parenchyma"]
+    assert spleen["descriptions"] and {"subjects", "states", "normal_states"} <= set(spleen["descriptions"][0])
+    assert spleen["measurements"] and spleen["measurements"][0]["abnormal_above"] > 0

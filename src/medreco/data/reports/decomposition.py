@@ -344,7 +344,7 @@ NEGATIVE_POST = [
     r"(?:seen|present|identified|visuali[sz]ed|appreciated|evident|enlarged|dilated|demonstrated|detected|noted|appreciable|visible|apparent|recurred|thickened)",
     r"(?:is|are|was|were) (?:now |again |currently |completely |both |all |entirely )?absent",
     r"(?:is|are|appears?|remains?) (?:otherwise |again |still |now )?(?:normal|unremarkable|clear|negative|natural|"
-    r"within normal limits|free)",
+    r"within normal limits|free|age[- ]appropriate)",
     r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
     r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely|simple|uniform|homogeneous|typical|purely|"
     r"clearly|well|fully|significantly)\w+",
@@ -381,7 +381,7 @@ NEGATIVE_POST = [
 NEGATIVE_NEXT = [
     r"(?:(?:is|are|was|were|being|appears?|remains?|seems?|looks?|of|within|in|the|a|size|sized|calib(?:er|re)|otherwise|"
     r"overall|entirely|completely|essentially|grossly|again|now|still|both|all|also|and)\s+){0,4}"
-    r"(?:normal|unremarkable|clear|natural)",
+    r"(?:normal|unremarkable|clear|natural|age[- ]appropriate)",
 ]
 # Right after a mention, its removal: "craniotomy and meningioma resection" (the meningioma is gone).
 _REMOVED_NEXT = re.compile(r"(?:resection|excision|extirpation)\b(?!\s+(?:cavity|bed|margin|site))", re.I)
@@ -557,9 +557,13 @@ def _compiled_matchers(entities: tuple[Entity, ...]) -> _MatcherSet:
     for entity in entities:
         context = re.compile(entity.context, re.I) if entity.context else None
         for phrasings, needs in ((entity.phrasings(), None), (entity.contextual, context)):
-            plain = [p for p in phrasings if not p.startswith("re:")]
-            patterns = [p for p in phrasings if p.startswith("re:")]
-            for group, starts in ((plain, _word_starts(plain)), (patterns, None)):
+            # plain phrasings grouped by how their first word starts, so a sentence runs only the
+            # phrasings its words could begin; patterns are always run
+            groups: dict[frozenset[str] | None, list[str]] = {}
+            for phrasing in phrasings:
+                starts = None if phrasing.startswith("re:") else _word_starts([phrasing])
+                groups.setdefault(starts, []).append(phrasing)
+            for starts, group in groups.items():
                 if group:
                     body = "|".join(f"(?:{phrase_pattern(p)})" for p in group)
                     pattern = re.compile(rf"(?<![\w-])(?:{body})(?![\w-])", re.I)
