@@ -1,11 +1,12 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds twelve sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds fourteen sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl` to `dev8.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+`dev.jsonl` to `dev9.jsonl` are development sets (the rules and the vocabulary were tuned on them;
 dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 to
-dev8 were written to the labelling guide in docs/mining.md), `test.jsonl` to `test4.jsonl` are
-held out (never tuned on, their errors never read; test4 was scored once; see
+dev9 were written to the labelling guide in docs/mining.md), `test.jsonl` to `test5.jsonl` are
+held out (never tuned on, their errors never read; test4 and test5 were each scored once at the end
+of a round; see
 docs/report-language.md for how each was used).
 See docs/mining.md, "How well it reads real reports"."""
 
@@ -28,8 +29,9 @@ DEVELOPMENT = {
     "dev6.jsonl": 389,
     "dev7.jsonl": 389,
     "dev8.jsonl": 377,
+    "dev9.jsonl": 370,
 }
-HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380, "test4.jsonl": 369}
+HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380, "test4.jsonl": 369, "test5.jsonl": 368}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -58,7 +60,8 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev5.jsonl", 0.97, 0.955),
         ("dev6.jsonl", 0.975, 0.915),
         ("dev7.jsonl", 0.945, 0.96),
-        ("dev8.jsonl", 0.955, 0.95),
+        ("dev8.jsonl", 0.96, 0.955),
+        ("dev9.jsonl", 0.935, 0.965),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
@@ -72,15 +75,16 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     [
         ("test.jsonl", 0.95, 0.97),
         ("test2.jsonl", 0.93, 0.91),
-        ("test3.jsonl", 0.92, 0.95),
-        ("test4.jsonl", 0.90, 0.94),
+        ("test3.jsonl", 0.925, 0.96),
+        ("test4.jsonl", 0.90, 0.95),
+        ("test5.jsonl", 0.895, 0.94),
     ],
 )
 def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
-    """The target is 95%; the held-out sets are read at 95.3% (test), 93.6% (test2), 92.5% (test3) and
-    90.3% (test4, scored once) on the statuses of entities the vocabulary resolves (92.7%, 85.5%, 88.0%
-    and 84.9% counting the names it lacks; never tuned on): this guards against regression. README
-    and docs/mining.md give the numbers."""
+    """The target is 95%; the held-out sets are read at 95.2% (test), 93.6% (test2), 93.1% (test3),
+    90.4% (test4) and 90.3% (test5, scored once) on the statuses of entities the vocabulary resolves
+    (93.3%, 86.8%, 89.7%, 86.3% and 85.3% counting the names it lacks; never tuned on): this guards
+    against regression. README and docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / name)
     assert result["labels"] >= 760
     assert result["status_accuracy_resolved"] >= accuracy
