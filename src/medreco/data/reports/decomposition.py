@@ -130,6 +130,7 @@ def _last_trigger_negates(text: str) -> bool:
 _AND_CLAUSE = re.compile(r",\s*and\b", re.I)
 # "and X is tracking ...": after a negated item, a mention with a verb of its own starts a new clause
 _AND_BEFORE = re.compile(r"\band\s+(?:(?:the|an?)\s+)?(?:[\w-]+\s+){0,2}$", re.I)  # searched in `before + " "`
+# a state said with a verb or a participle ("CBD dilated", "is enlarged"), not a noun ("midline shift")
 _STATED = re.compile(r"\b(?:is|are|was|were|appears?|remains?)\b|\w+ed$", re.I)
 _COMMA_ONLY = re.compile(r"\s*,\s*(?:the\s+)?$", re.I)  # between a listed finding and a stated state's subject
 _OWN_PREDICATE = re.compile(
