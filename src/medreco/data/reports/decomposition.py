@@ -802,7 +802,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         """Whether a finding in a structure's clause is about it: its own, one of no structure, or one of a
         structure the clause does not name ("volume loss in the right hippocampus" is the brain's)."""
         anatomy = self.ontology.anatomy_of(finding)
-        return anatomy is None or anatomy is structure or anatomy.id not in named
+        return anatomy is None or anatomy.id == structure.id or anatomy.id not in named
 
     def _read(self, sentence: str, start: int, end: int, mentions, entity: Entity, readings) -> MentionStatus:
         """A mention's status, read as `readings` says: a size's status, inverted, or as worded."""
