@@ -302,6 +302,7 @@ class Ontology:
         self._entities = {entity.id: entity for entity in entities}
         self.family_modalities = family_modalities
         self._anatomy: dict[tuple[str, str], Entity] | None = None  # (family, name) -> structure, built on use
+        self._phrasing_patterns: dict[str, tuple[re.Pattern, ...]] = {}  # entity id -> compiled, built on use
 
     @classmethod
     def load(cls, extra: str | Path | None = None, paper_only: bool = False) -> Ontology:
@@ -368,6 +369,7 @@ class Ontology:
                     measurements=tuple(dict.fromkeys(known.measurements + entity.measurements)),
                 )
             self._entities[entity.id] = entity
+            self._phrasing_patterns.pop(entity.id, None)
             self._anatomy = None
 
     def __len__(self) -> int:
@@ -415,7 +417,7 @@ class Ontology:
         by_level = sorted(candidates, key=lambda e: ("abnormal", "disease", "anatomy").index(e.level))
         for matches in (
             lambda e: wanted in (s.lower() for s in e.synonyms),
-            lambda e: any(re.fullmatch(phrase_pattern(p), wanted, re.I) for p in e.phrasings()),
+            lambda e: any(pattern.fullmatch(wanted) for pattern in self._patterns_of(e)),
         ):
             for entity in by_level:
                 if matches(entity):
@@ -426,6 +428,14 @@ class Ontology:
         if len(contextual) == 1:
             return contextual[0]
         raise KeyError(f"no entity matches {text!r}" + (f" for {modality}" if modality else ""))
+
+    def _patterns_of(self, entity: Entity) -> tuple[re.Pattern, ...]:
+        # compiled once per entity: re's own cache holds 512 patterns, the vocabulary ~18,000
+        patterns = self._phrasing_patterns.get(entity.id)
+        if patterns is None:
+            patterns = tuple(re.compile(phrase_pattern(p), re.I) for p in entity.phrasings())
+            self._phrasing_patterns[entity.id] = patterns
+        return patterns
 
     def anatomy_of(self, entity: Entity) -> Entity | None:
         """The anatomy entity an abnormal finding sits in, if the same family lists it."""
