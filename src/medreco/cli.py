@@ -267,9 +267,9 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--language-prior-splits",
-        default="train",
-        help="splits whose VQA questions the language-prior filter judges (comma-separated; the paper: "
-        "train,validation,test); the training questions it removes go to vqa_removed",
+        default="",
+        help="splits whose VQA questions the language-prior filter judges (comma-separated; default none; "
+        "the paper: train,validation,test); the training questions it removes go to vqa_removed",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

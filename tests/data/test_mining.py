@@ -203,27 +203,29 @@ def test_vqa_pairs_are_drawn_at_random_with_no_patient_dominating(cohort, tmp_pa
     assert all(len(found) == 1 for found in answers.values())
 
 
-def test_the_language_prior_filter_leaves_the_test_split_alone(cohort, tmp_path):
-    """Test questions are never deleted by a text-only model (that would make every text-only
-    baseline lose by construction); the training questions it removed are kept apart."""
+def test_the_language_prior_filter_judges_only_the_splits_asked_for(cohort, tmp_path):
+    """By default no question is filtered. Filtering the training split leaves the test split alone
+    (a text-only model never deletes a test question) and keeps the removed questions apart."""
     from medreco.data.mining import MinedData
 
-    summary = mine(cohort / "manifest.jsonl", tmp_path, MiningConfig(**THRESHOLDS), progress=False)
+    summary = mine(
+        cohort / "manifest.jsonl",
+        tmp_path,
+        MiningConfig(**THRESHOLDS, language_prior_splits=("train",)),
+        progress=False,
+    )
     data = MinedData(tmp_path)
     removed = data.rows("vqa_removed")
     assert removed and {r["split"] for r in removed} == {"train"}
     assert summary["vqa_removed"] == len(removed) and summary["vqa_language_prior_splits"] == ["train"]
     prior = summary["vqa_filters"]["language_prior"]
     assert prior["removed"] == len(removed) and prior["reached"] == len(removed) + len(data.rows("vqa", "train"))
-    # every test-split question the earlier filters passed is in the table
-    everything = mine(
-        cohort / "manifest.jsonl",
-        tmp_path / "all",
-        MiningConfig(**THRESHOLDS, language_prior_splits=()),
-        progress=False,
-    )
-    assert everything["vqa_removed"] == 0
-    assert len(data.rows("vqa", "test")) == len(MinedData(tmp_path / "all").rows("vqa", "test"))
+    # by default every question the earlier filters passed is in the table, in every split
+    everything = mine(cohort / "manifest.jsonl", tmp_path / "all", MiningConfig(**THRESHOLDS), progress=False)
+    assert everything["vqa_removed"] == 0 and everything["vqa_language_prior_splits"] == []
+    unfiltered = MinedData(tmp_path / "all")
+    assert len(data.rows("vqa", "test")) == len(unfiltered.rows("vqa", "test"))
+    assert len(unfiltered.rows("vqa", "train")) == len(data.rows("vqa", "train")) + len(removed)
 
 
 def test_manifest_modality_aliases_become_canonical_names(tmp_path):

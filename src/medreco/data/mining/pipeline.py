@@ -91,10 +91,12 @@ class MiningConfig:
     negative_threshold: float | dict[str, float] = 0.3
     triplets_per_anchor: int = 2
     vqa_pairs_per_group: int = 2000
-    # Splits whose questions the language-prior filter judges (the paper filters every question). Only
-    # the training split by default: filtering the test split with a text-only model would make every
-    # text-only baseline lose by construction.
-    language_prior_splits: tuple[str, ...] = ("train",)
+    # Splits whose questions the language-prior filter judges; none by default. The paper filters every
+    # split (`("train", "validation", "test")`): a benchmark every text-only baseline loses by
+    # construction. Filtering the training split alone shifts its answers away from the test split's
+    # (the removed questions are the common answers), and a VLM trained on it learns the reverse of
+    # the prior: docs/mining.md, "The language-prior filter".
+    language_prior_splits: tuple[str, ...] = ()
     levels: tuple[str, ...] = ("abnormal", "disease")
     external_sources: tuple[str, ...] = ()  # manifest `source` values held out as the "external" split
     # "rule" (offline) or "llm" (the paper's prompts; `llm` says how to reach the model)
