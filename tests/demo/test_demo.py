@@ -256,6 +256,12 @@ def test_markdown_and_html_reports_render_tables():
     )
     assert "| chest_xray | anatomy | cxr/anatomy/pleura | 4 | 50.0 | 50.0 | 50.0 |" in markdown
     assert "| cxr/abnormal/pleural-effusion | 50.0 | 2 |" in markdown
+    # the report says which splits the run's language-prior filter judged
+    assert "before the language-prior filter (splits not recorded)" in markdown
+    metrics["run"] = {"mined": {"vqa_language_prior_splits": []}}
+    assert "language-prior filter (not applied)" in markdown_report(metrics)
+    metrics["run"]["mined"]["vqa_language_prior_splits"] = ["train", "test"]
+    assert "language-prior filter (which judged the train, test splits)" in markdown_report(metrics)
 
 
 @pytest.mark.skipif(

@@ -171,3 +171,24 @@ def test_stage2_blind_images_builds_the_blind_baseline(stage1_run, toy, tmp_path
     blind = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "blind_images=true"))
     assert blind.model.config.blind_images
     assert not Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path / "seeing")).model.config.blind_images
+
+
+def test_follow_up_questions_can_be_repeated_in_training():
+    """`longitudinal_repeats` adds each follow-up question that many times, and nothing else."""
+    from types import SimpleNamespace
+
+    from medreco.training import load_recipe
+    from medreco.training.stage2 import closed_rows
+
+    vqa = [{"study_a": "a", "study_b": "b", "question": "Which case shows effusion?", "split": "train"}]
+    follow_up = {"prior": "a", "current": "c", "label": "increased", "attribute": "size", "split": "train"}
+    follow_up["entity_id"] = "cxr/abnormal/pleural-effusion@pleura"
+    data = SimpleNamespace(rows=lambda table, split: {"vqa": vqa, "longitudinal": [follow_up]}[table])
+    once = closed_rows(data, "train")
+    assert once[0] == vqa[0] and [row["label"] for row in once[1:]] == ["increased"]
+    thrice = closed_rows(data, "train", longitudinal_repeats=3)
+    assert thrice == once + once[1:] * 2
+    assert closed_rows(data, "train", include_longitudinal=False, longitudinal_repeats=3) == vqa
+    assert load_recipe("tiny", "stage2", ["longitudinal_repeats=3"]).longitudinal_repeats == 3
+    with pytest.raises(RecipeError, match="longitudinal_repeats: at least 1"):
+        load_recipe("tiny", "stage2", ["longitudinal_repeats=0"])

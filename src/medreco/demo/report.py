@@ -87,6 +87,14 @@ def _clustered_sentence(label: str, test: dict) -> str:
     )
 
 
+def _filtered_splits(metrics: dict) -> str:
+    """Which splits the run's language-prior filter judged, in words."""
+    splits = metrics.get("run", {}).get("mined", {}).get("vqa_language_prior_splits")
+    if splits is None:
+        return "splits not recorded"
+    return f"which judged the {', '.join(splits)} split{'s' if len(splits) > 1 else ''}" if splits else "not applied"
+
+
 def markdown_report(metrics: dict) -> str:
     """The report as Markdown (tables and links to the figures)."""
     lines = ["# MedReCo demo on the synthetic cohort", ""]
@@ -196,7 +204,7 @@ def markdown_report(metrics: dict) -> str:
         f"McNemar (VLM vs text-only): {', '.join(tests)}. Option letter: the letter the model finds most "
         "likely to open its answer; answer likelihood: the option whose whole answer it finds most likely. "
         "The baselines are fitted on the training split's questions as they were before the language-prior "
-        "filter (which judges the training split only). "
+        f"filter ({_filtered_splits(metrics)}). "
         f"Accuracy by question dimension and by entity uses the {closed['scoring']} scoring.",
         "",
     ]

@@ -155,8 +155,15 @@ class Stage2Config:
     blind_images: bool = False
     include_open_ended: bool = True
     include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
+    # how many times each follow-up question appears in training: the follow-up table is a few per
+    # cent of the questions, and the interval-change label a skill of its own
+    longitudinal_repeats: int = 1
     lora: LoraSettings = field(default_factory=LoraSettings)
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage2"))
+
+    def __post_init__(self):
+        if self.longitudinal_repeats < 1:
+            raise RecipeError(f"stage2.longitudinal_repeats: at least 1, not {self.longitudinal_repeats}")
 
 
 STAGES: dict[str, type] = {"stage1": Stage1Config, "reranker": RerankerTrainingConfig, "stage2": Stage2Config}

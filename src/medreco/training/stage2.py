@@ -49,11 +49,14 @@ logger = logging.getLogger(__name__)
 MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the training conversations
 
 
-def closed_rows(data: MinedData, split: str, include_longitudinal: bool = True) -> list[dict]:
-    """The split's VQA rows, then (optionally) its longitudinal follow-up questions in the same columns."""
+def closed_rows(
+    data: MinedData, split: str, include_longitudinal: bool = True, longitudinal_repeats: int = 1
+) -> list[dict]:
+    """The split's VQA rows, then (optionally) its longitudinal follow-up questions in the same columns,
+    each `longitudinal_repeats` times."""
     rows = data.rows("vqa", split)
     if include_longitudinal:
-        rows = rows + longitudinal_questions(data.rows("longitudinal", split), Ontology.load())
+        rows = rows + longitudinal_questions(data.rows("longitudinal", split), Ontology.load()) * longitudinal_repeats
     return rows
 
 
@@ -63,11 +66,13 @@ def vqa_examples(
     include_open_ended: bool,
     include_longitudinal: bool = True,
     entity_tokens: bool = False,
+    longitudinal_repeats: int = 1,
 ) -> list[dict]:
-    """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables;
-    with `entity_tokens`, the image blocks name the row's entity."""
+    """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables
+    (each follow-up question `longitudinal_repeats` times); with `entity_tokens`, the image blocks
+    name the row's entity."""
     examples = []
-    for row in closed_rows(data, split, include_longitudinal):
+    for row in closed_rows(data, split, include_longitudinal, longitudinal_repeats):
         modality = data.studies[row["study_a"]].modality
         images = [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image]
         entity = row["entity_id"] if entity_tokens else None
@@ -313,6 +318,7 @@ class Stage2Trainer:
             self.config.include_open_ended,
             self.config.include_longitudinal,
             self.config.entity_tokens,
+            self.config.longitudinal_repeats,
         )
         random.Random(self.config.run.seed).shuffle(examples)
         examples = examples[: self.config.data.max_train_samples or None]
