@@ -74,6 +74,11 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     correct = sum(matrix[i][i] for i in range(len(matrix)))
     assert correct == pytest.approx(follow_up["accuracy"] * follow_up["questions"])
     assert set(follow_up) >= {"by_entity", "by_attribute", "by_label"}
+    # the follow-up baselines are fitted on the training follow-up questions and compared per patient
+    assert set(follow_up["baselines"]) == {"text_only", "majority"}
+    for baseline in follow_up["baselines"].values():
+        assert baseline["questions"] == follow_up["questions"] and 0.0 <= baseline["accuracy"] <= 1.0
+        assert baseline["clustered"]["clusters"] >= 1 and 0 <= baseline["mcnemar"]["p_value"] <= 1
     times = metrics["wall_time_seconds"]
     assert set(times) >= {"cohort", "mining", "stage1", "reranker", "stage2", "evaluation", "total"}
     assert times["total"] >= sum(v for k, v in times.items() if k != "total") - 1
@@ -259,6 +264,10 @@ def test_markdown_and_html_reports_render_tables():
     # the report says which splits the run's language-prior filter judged
     assert "before the language-prior filter (splits not recorded)" in markdown
     metrics["run"] = {"mined": {"vqa_language_prior_splits": []}}
+    metrics["longitudinal"]["baselines"] = {"majority": {**rate, "accuracy": 0.25, "clustered": clustered}}
+    assert "Patient-clustered (VLM vs majority answer (most often right option) (25.0%, fitted on the training " in (
+        markdown_report(metrics)
+    )
     assert "language-prior filter (not applied)" in markdown_report(metrics)
     metrics["run"]["mined"]["vqa_language_prior_splits"] = ["train", "test"]
     assert "language-prior filter (which judged the train, test splits)" in markdown_report(metrics)

@@ -331,8 +331,12 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     # the baselines learn from the training split as it was before the language-prior filter
     baseline_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
     closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, data.studies, config.progress)
-    follow_up = longitudinal_questions(data.rows("longitudinal", "test"), Ontology.load(), config.seed)
-    longitudinal = evaluate_longitudinal(model, processor, follow_up, data.studies, config.progress)
+    ontology = Ontology.load()
+    follow_up = longitudinal_questions(data.rows("longitudinal", "test"), ontology, config.seed)
+    follow_up_train = longitudinal_questions(data.rows("longitudinal", "train"), ontology, config.seed)
+    longitudinal = evaluate_longitudinal(
+        model, processor, follow_up, data.studies, config.progress, train_rows=follow_up_train
+    )
     open_rows = sample_rows(
         [r for r in data.rows("vqa", "test") if r.get("open_question")], config.open_questions, config.seed
     )

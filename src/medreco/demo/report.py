@@ -246,6 +246,12 @@ def markdown_report(metrics: dict) -> str:
         f"Change-label accuracy: {_percent(longitudinal['accuracy'])}% of {longitudinal['questions']} questions "
         f"(95% CI {_percent(longitudinal['ci95'][0])}-{_percent(longitudinal['ci95'][1])}).",
         "",
+    ]
+    for name, entry in longitudinal.get("baselines", {}).items():
+        label = f"VLM vs {names.get(name, name)} ({_percent(entry['accuracy'])}%"
+        label += ", fitted on the training follow-up questions)"
+        lines += [_clustered_sentence(label, entry["clustered"]) if "clustered" in entry else label + ".", ""]
+    lines += [
         "| stratum | value | accuracy % | questions |",
         "|---|---|---|---|",
     ]

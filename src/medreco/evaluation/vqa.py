@@ -226,17 +226,26 @@ def question_cluster(row: dict, studies: dict) -> str | None:
     return None if None in patients else min(patients)
 
 
-def closed_vqa_summary(
+def baseline_comparisons(
     hits: Sequence[bool], rows: Sequence[dict], baseline_results: dict[str, list[bool]], studies: dict
-) -> dict:
-    """A system's closed-VQA hits on `rows` summarised: accuracy by dimension and entity, and the
-    comparison with each baseline's hits on the same rows (see `evaluate_closed_vqa`)."""
+) -> dict[str, dict]:
+    """Each baseline's accuracy on `rows`, with the exact McNemar test against `hits` and, when the
+    studies know their patients, the patient-clustered comparison (`question_cluster`)."""
     patients = [question_cluster(row, studies) for row in rows]
     baselines = {}
     for name, baseline in baseline_results.items():
         baselines[name] = {**accuracy_summary(baseline), "mcnemar": mcnemar_test(hits, baseline)}
         if None not in patients:
             baselines[name]["clustered"] = clustered_paired_test(hits, baseline, patients)
+    return baselines
+
+
+def closed_vqa_summary(
+    hits: Sequence[bool], rows: Sequence[dict], baseline_results: dict[str, list[bool]], studies: dict
+) -> dict:
+    """A system's closed-VQA hits on `rows` summarised: accuracy by dimension and entity, and the
+    comparison with each baseline's hits on the same rows (see `evaluate_closed_vqa`)."""
+    baselines = baseline_comparisons(hits, rows, baseline_results, studies)
     by = {"dimension": defaultdict(list), "entity": defaultdict(list)}
     for row, hit in zip(rows, hits, strict=True):
         by["dimension"][row.get("dimension", "all")].append(hit)
@@ -255,12 +264,27 @@ def closed_vqa_summary(
 
 
 def evaluate_longitudinal(
-    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scoring: str = CLOSED_SCORING[0]
+    model,
+    processor,
+    rows: Sequence[dict],
+    studies: dict,
+    progress: bool = False,
+    scoring: str = CLOSED_SCORING[0],
+    train_rows: Sequence[dict] | None = None,
 ) -> dict:
     """Follow-up benchmark rows (`medreco.data.mining.vqa.longitudinal_questions`): accuracy overall and by
     finding (entity), attribute and true change label, plus the confusion matrix of change labels
-    (rows: true label, columns: the label of the option the model chose), under one `scoring`."""
+    (rows: true label, columns: the label of the option the model chose), under one `scoring`. With
+    `train_rows` (the training split's follow-up questions), also the text-only and majority-answer
+    baselines fitted on them, compared as in `evaluate_closed_vqa` (`baselines`)."""
     result = closed_accuracy(model, processor, rows, studies, progress, scoring)
+    baselines = (
+        {}
+        if train_rows is None
+        else baseline_comparisons(
+            result["correct"], rows, {name: baseline_hits(name, train_rows, rows) for name in BASELINES}, studies
+        )
+    )
     strata: dict[str, dict[str, list[bool]]] = {"entity": defaultdict(list), "attribute": defaultdict(list)}
     strata["label"] = defaultdict(list)
     confusion: dict[str, Counter] = {label: Counter() for label in CHANGE_OPTIONS}
@@ -277,6 +301,7 @@ def evaluate_longitudinal(
             for name, groups in strata.items()
         },
         "confusion": confusion_table(confusion, CHANGE_OPTIONS),
+        **({"baselines": baselines} if baselines else {}),
     }
 
 
