@@ -789,6 +789,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+_BASELINES = (("text_only", "text-only"), ("majority", "majority"))
+
+
 def _demo(args: argparse.Namespace) -> int:
     """The whole system on the synthetic cohort: train, evaluate, write the report."""
     from .demo import DemoConfig, run_demo
@@ -807,12 +810,11 @@ def _demo(args: argparse.Namespace) -> int:
             if system in entry
         )
         print(f"  retrieval Recall@1 {modality:<11} (n={entry['queries']}): {cells}")
-    print(
-        f"  closed VQA accuracy: VLM {closed['vlm']['accuracy']:.3f}  text-only {closed['text_only']['accuracy']:.3f}"
-        f"  (n={closed['vlm']['questions']})"
-    )
     follow_up = metrics["longitudinal"]
-    print(f"  longitudinal change accuracy: {follow_up['accuracy']:.3f} (n={follow_up['questions']})")
+    for name, result in (("closed VQA", closed["vlm"]), ("longitudinal change", follow_up)):
+        baselines = closed.get("baselines", {}) if name == "closed VQA" else follow_up.get("baselines", {})
+        cells = "".join(f"  {label} {baselines[key]['accuracy']:.3f}" for key, label in _BASELINES if key in baselines)
+        print(f"  {name} accuracy: VLM {result['accuracy']:.3f}{cells}  (n={result['questions']})")
     print(f"  report: {Path(args.out) / 'report.html'}  metrics: {Path(args.out) / 'metrics.json'}")
     return 0
 
