@@ -811,8 +811,10 @@ def _demo(args: argparse.Namespace) -> int:
         )
         print(f"  retrieval Recall@1 {modality:<11} (n={entry['queries']}): {cells}")
     follow_up = metrics["longitudinal"]
-    for name, result in (("closed VQA", closed["vlm"]), ("longitudinal change", follow_up)):
-        baselines = closed.get("baselines", {}) if name == "closed VQA" else follow_up.get("baselines", {})
+    for name, result, baselines in (
+        ("closed VQA", closed["vlm"], closed.get("baselines", {})),
+        ("longitudinal change", follow_up, follow_up.get("baselines", {})),
+    ):
         cells = "".join(f"  {label} {baselines[key]['accuracy']:.3f}" for key, label in _BASELINES if key in baselines)
         print(f"  {name} accuracy: VLM {result['accuracy']:.3f}{cells}  (n={result['questions']})")
     print(f"  report: {Path(args.out) / 'report.html'}  metrics: {Path(args.out) / 'metrics.json'}")

@@ -197,8 +197,8 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     scoring), and of the baselines fitted on the training split before the language-prior filter."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from ..evaluation import CLOSED_SCORING, baseline_hits, closed_predictions
-    from ..evaluation.vqa import question_cluster
+    from ..evaluation import CLOSED_SCORING, closed_predictions
+    from ..evaluation.vqa import every_baseline_hits, question_cluster
 
     path = config.scores(seed, run) / "vqa.json"
     folder = config.models(seed, run) / "stage2" / "final"
@@ -212,7 +212,7 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     systems = {"vlm": [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]}
     if run == "base":
         train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
-        systems.update({name: baseline_hits(name, train_rows, rows) for name in ("text_only", "majority")})
+        systems.update(every_baseline_hits(train_rows, rows))
     scores = {
         "models": stamps,
         "keys": [question_key(r) for r in rows],

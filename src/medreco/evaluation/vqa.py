@@ -176,6 +176,11 @@ def baseline_hits(name: str, train_rows: Sequence[dict], rows: Sequence[dict]) -
     return [answerer.predict(row["question"], row["options"]) == row["answer"] for row in rows]
 
 
+def every_baseline_hits(train_rows: Sequence[dict], rows: Sequence[dict]) -> dict[str, list[bool]]:
+    """`baseline_hits` of every baseline (`BASELINES`), by name."""
+    return {name: baseline_hits(name, train_rows, rows) for name in BASELINES}
+
+
 def text_only_baseline(train_rows: Sequence[dict], rows: Sequence[dict]) -> list[bool]:
     """`baseline_hits("text_only", ...)`."""
     return baseline_hits("text_only", train_rows, rows)
@@ -207,7 +212,7 @@ def evaluate_closed_vqa(
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
         for scoring, letters in predicted.items()
     }
-    baselines = {name: baseline_hits(name, train_rows, rows) for name in BASELINES}
+    baselines = every_baseline_hits(train_rows, rows)
     text = baselines["text_only"]
     return {
         **closed_vqa_summary(hits[scorings[0]], rows, baselines, studies),
@@ -278,13 +283,9 @@ def evaluate_longitudinal(
     `train_rows` (the training split's follow-up questions), also the text-only and majority-answer
     baselines fitted on them, compared as in `evaluate_closed_vqa` (`baselines`)."""
     result = closed_accuracy(model, processor, rows, studies, progress, scoring)
-    baselines = (
-        {}
-        if train_rows is None
-        else baseline_comparisons(
-            result["correct"], rows, {name: baseline_hits(name, train_rows, rows) for name in BASELINES}, studies
-        )
-    )
+    baselines = {}
+    if train_rows is not None:
+        baselines = baseline_comparisons(result["correct"], rows, every_baseline_hits(train_rows, rows), studies)
     strata: dict[str, dict[str, list[bool]]] = {"entity": defaultdict(list), "attribute": defaultdict(list)}
     strata["label"] = defaultdict(list)
     confusion: dict[str, Counter] = {label: Counter() for label in CHANGE_OPTIONS}
