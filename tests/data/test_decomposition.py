@@ -56,6 +56,36 @@ def test_entity_text_sections_and_anatomy(decomposer):
     assert set(split_sections(report)) == {"preamble", "indication", "findings", "impression"}
 
 
+@pytest.mark.parametrize(
+    "report, modality, term, expected",
+    [
+        # only a history heading: the findings after its first sentence are read, the history is not
+        (
+            "History: chest pain; patient denies fever. No pleural effusion or pneumothorax.",
+            "chest_xray",
+            "pneumothorax",
+            MentionStatus.NEGATIVE,
+        ),
+        ("Indication: ?pneumonia\nComparison: none\nRight lower lobe consolidation.", "chest_xray", "consolidation", P),
+        (
+            "Indication: ?pneumonia\nComparison: none\nRight lower lobe consolidation.",
+            "chest_xray",
+            "pneumonia",
+            MentionStatus.NOT_MENTIONED,
+        ),
+        (
+            "Clinical information: known hydrocephalus. Technique: axial T2. No hydrocephalus.",
+            "brain_mri",
+            "hydrocephalus",
+            MentionStatus.NEGATIVE,
+        ),
+    ],
+)
+def test_a_report_without_a_findings_heading_is_read_after_its_history(decomposer, report, modality, term, expected):
+    result = decomposer.decompose(report, modality)
+    assert result.status(decomposer.ontology.find(term, modality).id) is expected, result.mentioned()
+
+
 def test_empty_report(decomposer):
     with pytest.raises(EmptyReportError):
         decomposer.decompose("   ", "chest_ct")

@@ -58,6 +58,16 @@ def decomposer():
         # an organ surgically absent: the operation is there, the organ is not
         ("Gallbladder: Surgically absent.", "ultrasound", {"cholecystectomy": "positive", "gallbladder": "negative"}),
         ("Both hippocampi are small.", "brain_mri", {"hippocampal atrophy": "positive"}),
+        # round 9 vocabulary
+        ("Fluid surrounds the left testis.", "ultrasound", {"hydrocele": "positive"}),
+        ("Right frontal haematoma with surrounding oedema.", "brain_mri", {"intracerebral hemorrhage": "positive"}),
+        ("Enlarged subcarinal LN measuring 16 mm short axis.", "chest_ct", {"mediastinal lymphadenopathy": "positive"}),
+        ("Increased flow within the left epididymis.", "ultrasound", {"hyperemia": "positive"}),
+        ("No destructive bony lesion.", "chest_xray", {"bone lesion": "negative"}),
+        ("Lucency under the right hemidiaphragm.", "chest_xray", {"pneumoperitoneum": "positive"}),
+        ("The upper lobe veins are distended.", "chest_xray", {"pulmonary venous congestion": "positive"}),
+        ("The optic nerve sheaths are of normal calibre.", "brain_mri", {"raised intracranial pressure": "negative"}),
+        ("Both optic nerve sheaths are distended.", "brain_mri", {"raised intracranial pressure": "positive"}),
         # another object's state is not the organ's
         ("The liver lesion is enlarged.", "abdominal_ct", {"hepatomegaly": "not mentioned"}),
         (
@@ -146,6 +156,14 @@ def test_users_add_descriptions_and_measurements(tmp_path):
         ({"descriptions": [{"subjects": ["adnexa"]}]}, "states or normal_states"),
         ({"measurements": [{"subjects": ["ovary"], "abnormal_above": "big", "normal_up_to": "1 cm"}]}, "a size"),
         ({"measurements": [{"subjects": ["ovary"], "abnormal_above": "1 cm", "normal_up_to": "2 cm"}]}, "normal_up_to"),
+        (
+            {"measurements": [{"subjects": ["ovary"], "abnormal_above": "1 cm", "normal_up_to": "1 cm", "unit": "in"}]},
+            "unit is 'mm'",
+        ),
+        (
+            {"measurements": [{"subjects": ["ratio"], "abnormal_above": "0.5", "normal_up_to": 0.5, "unit": "ratio"}]},
+            "between 0 and 1",
+        ),
     ],
 )
 def test_a_bad_description_names_the_file(tmp_path, block, problem):

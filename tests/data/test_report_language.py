@@ -464,6 +464,55 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "chest_ct",
             {"cardiomegaly": "negative"},
         ),
+        # round 9: a size the report calls normal; a ratio read by its value; recanalisation resolves
+        (
+            "CBD measures 9 mm, within expected limits post cholecystectomy.",
+            "abdominal_ct",
+            {"common bile duct dilatation": "negative"},
+        ),
+        ("Common duct 8 mm, normal for age.", "ultrasound", {"common bile duct dilatation": "negative"}),
+        ("CTR is 0.44.", "chest_xray", {"cardiomegaly": "negative"}),
+        ("Cardiothoracic ratio of 58%.", "chest_xray", {"cardiomegaly": "positive"}),
+        ("The cardiothoracic ratio is increased.", "chest_xray", {"cardiomegaly": "positive"}),
+        ("The right sigmoid sinus thrombosis has recanalised.", "brain_mri", {"venous sinus thrombosis": "negative"}),
+        # the likeliest possibility is still one; "X is likely a Y" leaves X seen; a density that could be a
+        # nipple shadow may not be there
+        ("Echogenic 1.2 cm liver lesion, haemangioma most likely.", "ultrasound", {"hepatic hemangioma": "uncertain"}),
+        (
+            "Right basal opacity, most likely pneumonia.",
+            "chest_xray",
+            {"opacity": "positive", "pneumonia": "uncertain"},
+        ),
+        (
+            "The 5 mm subpleural nodule is likely an intrapulmonary lymph node.",
+            "chest_ct",
+            {"pulmonary nodule": "positive"},
+        ),
+        (
+            "A 1 cm nodule over the right fifth rib could be a nipple shadow.",
+            "chest_xray",
+            {"pulmonary nodule": "uncertain"},
+        ),
+        # "is absent" is a predicate, not a negation of what it suggests; a location after "to suggest Y"
+        (
+            "The left ICA flow void is absent, suggesting occlusion or dissection.",
+            "brain_mri",
+            {"carotid artery dissection": "uncertain"},
+        ),
+        (
+            "No cystic change or calcification to suggest malignancy in this 2 cm thyroid nodule.",
+            "ultrasound",
+            {"thyroid nodule": "positive", "thyroid cancer": "negative"},
+        ),
+        # a measure after a finding and a comma is its structure's; an example in brackets keeps the hedge
+        ("Aorta: mural calcified plaque, normal calibre.", "chest_ct", {"aortic atherosclerosis": "positive"}),
+        ("Heart size, normal.", "chest_xray", {"cardiomegaly": "negative"}),
+        (
+            "Perihilar fullness, which could represent adenopathy (e.g. lymphoma) or vascular prominence.",
+            "chest_xray",
+            {"lymphoma": "uncertain"},
+        ),
+        ("Small left effusion (unchanged). No pneumothorax.", "chest_xray", {"pleural effusion": "positive"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -98,7 +98,7 @@ CLAUSE_BREAK = re.compile(
     r"to account for|leaving|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|"
-    r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;()]|"
+    r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;)]|\((?!\s*(?:e\.?g|i\.?e|such as|for example)\b)|"
     r"(?<!\bvs)(?<!\bv)(?<!\be\.g)(?<!\bi\.e)(?<!\bapprox)(?<!\bincl)(?<!\bcf)(?<!\bdr)(?<!\bno)(?<!\bfig)\.(?=\s)|"
     r"(?<=,)\s*(?=there (?:is|are)\b)|,\s*with\b|(?<!\d)\s[-\u2013\u2014]\s(?!\d)",
     re.I,
@@ -246,8 +246,8 @@ UNCERTAIN_POST = [
     r"(?:is|are) (?:possibly|probably|questionably|perhaps|likely) (?!an?\b|the\b|due|secondary|related|from|caused|"
     r"physiologic|benign|reactive|incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|"
     r"artifactual)\w+",
-    r"(?:is|are) (?:likely|probable)(?! (?:due|secondary|related|from|caused|because|physiologic|benign|reactive|"
-    r"incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|artifactual))",
+    r"(?:is|are) (?:likely|probable)(?! (?:an?|the|due|secondary|related|from|caused|because|physiologic|benign|"
+    r"reactive|incidental|postoperative|post-?surgical|degenerative|chronic|old|normal|artefactual|artifactual))",
     r"(?:may|could|might) be present",
     r"(?:is|are) (?:also )?considered",
     r"should be considered",
@@ -284,6 +284,14 @@ UNCERTAIN_NEXT = [
     r"or (?:less likely|more likely|possibly)",
     r"being (?:the )?(?:most |more )?likely",  # "..., sarcoidosis being most likely": that one alone
 ]
+_BARE_VERDICT = re.compile(r"\s*,\s*(?:[a-z]+\s+){0,2}?(?:normal|unremarkable|clear|negative)\s*(?:[.;,]|$)", re.I)
+# A density that may not be there at all ("a nodule over the fifth rib could be a nipple shadow").
+_MAYBE_NOT_THERE = re.compile(
+    r"[^;.]{0,60}?\b(?:may|could|might) (?:\w+ )?(?:be|represent|reflect) (?:a |the )?(?:\w+ )?nipple shadows?", re.I
+)
+# "a liver lesion: haemangioma most likely, but ...": the likeliest of the possibilities, still one
+# (not "opacity, most likely pneumonia", where the hedge is pneumonia's)
+_LIKELIEST_AFTER = re.compile(r"\s+(?:(?:is|are)\s+)?(?:most|more|very)\s+likely\s*(?:[,;.)]|$)", re.I)
 # A cue introducing a possibility: after a negation ("no X to suggest Y"), the possibility is denied.
 _SUGGESTION = re.compile(r"^(?:to suggest|suggestive of|suggests?|suggesting|to indicate|indicative of)$", re.I)
 NEGATIVE_PRE = [
@@ -311,7 +319,7 @@ NEGATIVE_PRE = [
     r"non-?(?:dilated|enlarged|thickened|distended)",
     r"clear of",
     r"absence of",
-    r"absent",
+    r"(?<!is )(?<!are )(?<!was )(?<!were )absent",
     r"no (?:evidence|sign|signs|findings|definite|convincing|suspicious|acute|focal|new|residual) (?:of|to suggest)",
     r"resolution of",
     r"(?<!has )(?<!have )(?<!had )(?<!is )(?<!are )(?<!was )(?<!were )resolved",
@@ -369,6 +377,7 @@ NEGATIVE_POST = [
     r"removal",
     r"(?:has|have) normali[sz]ed",
     r"(?:has|have) (?:since |now )?returned to normal",
+    r"(?:has|have) (?:since |now |also |completely |fully )*(?:been )?recanali[sz]ed",
     r"(?:is|are) (?:surgically )?absent",
     r"surgically (?:absent|removed)",
     r"wnl",
@@ -476,9 +485,18 @@ _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}
 _COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
 _WHERE_THE_OTHER_IS = re.compile(
-    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,5}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
+    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,8}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
     rf"(?:[\w-]+\s+){{1,3}}(?:within|inside|in))\s+"
     rf"(?:the|this|that|its)\s+(?:(?!(?:no|not|without|nor|or|and)\b)[\w.-]+\s+){{0,4}}$",
+    re.I,
+)
+
+# A size the report itself calls normal, whatever the usual limit ("CBD 8 mm, within expected limits
+# post cholecystectomy", "common duct 8 mm, normal for age").
+_SIZE_CALLED_NORMAL = re.compile(
+    r"\s*(?:mm|cm|%)?[^;.]{0,25}?\b(?:(?:is|are|which is|and)\s+)?(?:within (?:the )?(?:normal|expected|accepted)|"
+    r"normal (?:for|after|post|given)|(?:upper|top|high)[- ](?:limit of )?normal|physiological|"
+    r"(?:as )?expected (?:for|after|post|given))",
     re.I,
 )
 
@@ -498,6 +516,19 @@ def split_sections(report: str) -> dict[str, str]:
         text = report[match.end() : following.start() if following else len(report)].strip()
         sections[name] = (sections.get(name, "") + " " + text).strip()
     return sections
+
+
+def unheaded_findings(sections: dict[str, str]) -> str:
+    """The findings of a report with no findings or impression heading: the whole body, or, after a
+    history, indication, technique or comparison heading, what follows that heading's first sentence
+    ("Indication: headaches. No intracranial mass." reads the second sentence, not the history)."""
+    if "body" in sections:
+        return sections["body"]
+    parts = [sections.get("preamble", "")]
+    for name, text in sections.items():
+        if name != "preamble":
+            parts.extend(split_sentences(text)[1:])
+    return " ".join(part for part in parts if part)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -676,6 +707,8 @@ class RuleBasedDecomposer(ReportDecomposer):
                     verdict = matcher.measurement.verdict(measured_sizes(match.group("size"), match.group("unit")))
                     if verdict is None:
                         continue  # between the limits: the size alone says nothing
+                    if verdict and _SIZE_CALLED_NORMAL.match(sentence, match.end("size")):
+                        verdict = False  # "CBD 8 mm, within expected limits after cholecystectomy"
                     how = MentionStatus.POSITIVE if verdict else MentionStatus.NEGATIVE
                 if has_state and match.group("state"):
                     start, end = match.span("state")
@@ -771,7 +804,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
             # a normal state is the predicate itself: what follows it is about other things
             stated = in_modifier or _how(readings, (start, end)) == _INVERTED
-            status = MentionStatus.POSITIVE if stated else self._post_status(masked, end, clause_end, marks)
+            status = MentionStatus.POSITIVE if stated else self._post_status(masked, end, clause_end, marks, structure)
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
@@ -840,10 +873,12 @@ class RuleBasedDecomposer(ReportDecomposer):
         return " ".join(words)
 
     @staticmethod
-    def _post_status(masked: str, end: int, clause_end: int, mentions) -> MentionStatus:
+    def _post_status(masked: str, end: int, clause_end: int, mentions, structure: bool = False) -> MentionStatus:
         """The status post-triggers give: those right after the mention, or after the rest of a list
         the mention starts ("effusion or pneumothorax is not seen")."""
         text = masked[end:clause_end]
+        if _MAYBE_NOT_THERE.match(text):
+            return MentionStatus.UNCERTAIN
         for other_start, other_end, other in sorted(mentions, key=lambda m: -m[0]):
             # locations ("in the right thyroid lobe") stay words: "the cyst in the liver is not seen"
             if end <= other_start and other_end <= clause_end and other.level != "anatomy":
@@ -862,19 +897,23 @@ class RuleBasedDecomposer(ReportDecomposer):
             else:
                 break
         listed = " ".join(words).split(_OTHER_MENTION)[0]
+        # a verdict after a comma is a structure's, or a bare one ("heart size, normal"), not a
+        # structure's measure after a finding ("Aorta: calcified plaque, normal calibre")
+        verdict_may_follow = structure or not immediate.lstrip().startswith(",") or _BARE_VERDICT.match(immediate)
         if (
             _UNCERTAIN_POST.search(immediate[:80])
             or _UNCERTAIN_NEXT.match(immediate.lstrip(" ,"))
             or _UNCERTAIN_NEXT.match(re.sub(r"^\s*[\w-]+\s+", "", immediate))  # "UIP pattern versus NSIP"
             or _UNCERTAIN_POST.search(listed[:80])
+            or _LIKELIEST_AFTER.match(immediate)
         ):
             return MentionStatus.UNCERTAIN
         if (
             _NEGATIVE_POST.search(immediate[:80])
             or _NEGATIVE_POST.search(listed[:60])
-            or _NEGATIVE_NEXT.match(immediate.lstrip(" ,:"))
+            or (verdict_may_follow and _NEGATIVE_NEXT.match(immediate.lstrip(" ,:")))
             or _REMOVED_NEXT.match(immediate.lstrip())
-            or _NEGATIVE_NEXT.match(listed)
+            or (verdict_may_follow and _NEGATIVE_NEXT.match(listed))
         ):
             return MentionStatus.NEGATIVE
         if _ALTERNATIVE_AFTER.match(text):  # "a bulla or a loculated pneumothorax", "A, B or C"
@@ -925,7 +964,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         matching = list({e.id: e for e in [*family_entities, *entities]}.values())
         matchers = _compiled_matchers(tuple(matching))
         sections = split_sections(report)
-        read = [sections[name] for name in READ_SECTIONS if name in sections] or [sections.get("body", "")]
+        read = [sections[name] for name in READ_SECTIONS if name in sections] or [unheaded_findings(sections)]
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
@@ -1106,4 +1145,5 @@ __all__ = [
     "sentence_status",
     "split_sections",
     "split_sentences",
+    "unheaded_findings",
 ]

@@ -96,13 +96,15 @@ class Measurement:
     is the finding; up to `normal_up_to` it is absent ("the spleen measures 11 cm"); in between
     the size alone says nothing. `dimension`: which of several dimensions counts ("largest", or
     "smallest" for a lymph node's short axis); `context`: where the limits hold only in some
-    sentences (an endometrium's after the menopause)."""
+    sentences (an endometrium's after the menopause); `unit`: "mm", or "ratio" for a fraction such as
+    the cardiothoracic ratio (limits written as numbers, sizes read as "0.56" or "56%")."""
 
     subjects: tuple[str, ...]
     abnormal_above: float
     normal_up_to: float
     dimension: str = "largest"
     context: str | None = None  # a pattern the sentence must match for these limits ("post-?menopausal")
+    unit: str = "mm"  # "ratio": a unitless fraction ("CTR 0.56", "cardiothoracic ratio of 48%")
 
     def verdict(self, sizes_mm: list[float]) -> bool | None:
         """True (the finding), False (normal) or None (between the limits) for a measured size."""
@@ -135,16 +137,27 @@ def _description(item: dict, block: dict) -> Description:
 def _measurement(item: dict, block: dict) -> Measurement:
     _fields(item, block, "measurement", ("subjects", "abnormal_above", "normal_up_to"))
     where = f"entity {item.get('id')!r}"
+    unit = block.get("unit", "mm")
+    if unit not in ("mm", "ratio"):
+        raise ValueError(f"{where}: a measurement's unit is 'mm' (sizes such as '13 cm') or 'ratio', not {unit!r}")
+    limit = _millimetres if unit == "mm" else _ratio
     measurement = Measurement(
         tuple(block["subjects"]),
-        _millimetres(block["abnormal_above"], where),
-        _millimetres(block["normal_up_to"], where),
+        limit(block["abnormal_above"], where),
+        limit(block["normal_up_to"], where),
         block.get("dimension", "largest"),
         block.get("context"),
+        unit,
     )
     if measurement.dimension not in ("largest", "smallest") or measurement.normal_up_to > measurement.abnormal_above:
         raise ValueError(f"{where}: dimension is 'largest' or 'smallest', and normal_up_to <= abnormal_above")
     return measurement
+
+
+def _ratio(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ValueError(f"{where}: a ratio limit is a number between 0 and 1 such as 0.5, not {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -283,15 +296,21 @@ def measurement_pattern(measurement: Measurement) -> str:
     """A regular expression for a measured subject; the match spans the subject, and the groups
     `size` ("16.5", "15 x 12") and `unit` (mm or cm) hold its size."""
     subject = "|".join(phrase_pattern(s) for s in measurement.subjects)
+    if measurement.unit == "ratio":
+        return (
+            rf"(?:{subject})(?=\s*[:,=]?\s*(?:{_MEASURE_VERB}\s+){{0,3}}"
+            rf"(?P<size>0?\.\d+|[1-9]\d(?:\.\d+)?(?=\s*%))\s*(?P<unit>%)?)"
+        )
     return (
         rf"(?:{subject})(?=(?:\s+{_MEASURE_GAP}){{0,6}}?\s*[:,]?\s*(?:{_MEASURE_VERB}\s+){{0,3}}"
         rf"(?P<size>{_NUMBER}(?:\s*(?:x|\u00d7|by)\s*{_NUMBER})*)\s*(?P<unit>mm|cm)\b)"
     )
 
 
-def measured_sizes(size: str, unit: str) -> list[float]:
-    """The millimetres a measurement's `size` and `unit` groups give ("15 x 12", "cm" -> [150, 120])."""
-    scale = 10.0 if unit.lower() == "cm" else 1.0
+def measured_sizes(size: str, unit: str | None) -> list[float]:
+    """The millimetres a measurement's `size` and `unit` groups give ("15 x 12", "cm" -> [150, 120]);
+    for a ratio, the fraction ("0.56", None -> [0.56]; "56", "%" -> [0.56])."""
+    scale = {"cm": 10.0, "%": 0.01}.get((unit or "").lower(), 1.0)
     return [float(number) * scale for number in re.findall(_NUMBER, size)]
 
 
