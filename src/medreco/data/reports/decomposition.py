@@ -355,6 +355,8 @@ NEGATIVE_POST = [
     r"(?:is|are|appears?|remains?) (?:otherwise |again |still |now )?(?:normal|unremarkable|clear|negative|natural|"
     r"within normal limits|free|age[- ]appropriate)",
     r"(?:is|are) (?:\w+ )?(?:normal|appropriate) for (?:the patient's )?age",
+    r"(?:is|are|appears?|remains?) (?:otherwise |again |still |now )?of normal (?:size|calib(?:re|er)|appearance|"
+    r"thickness|volume|signal|attenuation|echogenicity|dimensions)",
     r"(?:is|are|was|were) not (?!excluded|ruled|only|entirely|completely|simple|uniform|homogeneous|typical|purely|"
     r"clearly|well|fully|significantly)\w+",
     r"not (?:enlarged|dilated|thickened|distended|compressed|displaced|effaced|seen|identified|present|visuali[sz]ed|"

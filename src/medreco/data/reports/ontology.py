@@ -271,7 +271,7 @@ _MEASURE_GAP = (
 )
 _MEASURE_VERB = (
     r"(?:measures?|measuring|measured|is|are|was|were|at|of|to|up to|approximately|approx\.?|about|around|~|"
-    r"now|dilated|enlarged|spans?|spanning)"
+    r"now|dilated|distended|enlarged|spans?|spanning)"
 )
 _NUMBER = r"\d+(?:\.\d+)?"
 
