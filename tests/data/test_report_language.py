@@ -513,6 +513,17 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             {"lymphoma": "uncertain"},
         ),
         ("Small left effusion (unchanged). No pneumothorax.", "chest_xray", {"pleural effusion": "positive"}),
+        # a negated finding named in a list before "to suggest Y in this Z": Z is there; organ context for "mass"
+        (
+            "No microcalcification or taller-than-wide shape to suggest malignancy in this 1.4 cm thyroid nodule.",
+            "ultrasound",
+            {"thyroid nodule": "positive"},
+        ),
+        (
+            "The geographic hypoechoic area near the gallbladder is focal fatty sparing rather than a mass.",
+            "ultrasound",
+            {"liver mass": "negative"},
+        ),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -487,7 +487,7 @@ _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}
 _COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
 _WHERE_THE_OTHER_IS = re.compile(
-    rf"\b(?:no|without)\s+(?:(?:[\w-]+\s+){{0,8}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
+    rf"\b(?:no|without)\s+(?:(?:(?:[\w-]+|{_OTHER_MENTION})\s+){{0,8}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
     rf"(?:[\w-]+\s+){{1,3}}(?:within|inside|in))\s+"
     rf"(?:the|this|that|its)\s+(?:(?!(?:no|not|without|nor|or|and)\b)[\w.-]+\s+){{0,4}}$",
     re.I,
