@@ -298,7 +298,7 @@ def measurement_pattern(measurement: Measurement) -> str:
     subject = "|".join(phrase_pattern(s) for s in measurement.subjects)
     if measurement.unit == "ratio":
         return (
-            rf"(?:{subject})(?=\s*[:,=]?\s*(?:{_MEASURE_VERB}\s+){{0,3}}"
+            rf"(?:{subject})(?=\s*[:,=]?\s*(?:(?:{_MEASURE_VERB}|less than|below|under|<)\s*){{0,3}}"
             rf"(?P<size>0?\.\d+|[1-9]\d(?:\.\d+)?(?=\s*%))\s*(?P<unit>%)?)"
         )
     return (
