@@ -1,14 +1,15 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds fourteen sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds sixteen sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
 `dev.jsonl` to `dev9.jsonl` are development sets (the rules and the vocabulary were tuned on them;
 dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 to
-dev9 were written to the labelling guide in docs/mining.md), `test.jsonl` to `test5.jsonl` are
-held out (never tuned on, their errors never read; test4 and test5 were each scored once at the end
-of a round; see
-docs/report-language.md for how each was used).
-See docs/mining.md, "How well it reads real reports"."""
+dev9 were written to the labelling guide in docs/mining.md); `test5.jsonl` was held out in round 8
+and scored once, then its errors were read in round 9 and it was tuned on (development since);
+`test.jsonl` to `test4.jsonl`, `test6.jsonl` and `test7.jsonl` are held out (never tuned on, their
+errors never read; test7 was scored once, at the end of round 9). `test6_second_annotator.jsonl`
+holds a second writer's statuses for test6's names. See docs/report-language.md for how each set was
+used, and docs/mining.md, "How well it reads real reports"."""
 
 import json
 from pathlib import Path
@@ -30,8 +31,16 @@ DEVELOPMENT = {
     "dev7.jsonl": 389,
     "dev8.jsonl": 377,
     "dev9.jsonl": 370,
+    "test5.jsonl": 368,  # held out in round 8, tuned on in round 9
 }
-HELD_OUT = {"test.jsonl": 380, "test2.jsonl": 380, "test3.jsonl": 380, "test4.jsonl": 369, "test5.jsonl": 368}
+HELD_OUT = {
+    "test.jsonl": 380,
+    "test2.jsonl": 380,
+    "test3.jsonl": 380,
+    "test4.jsonl": 369,
+    "test6.jsonl": 376,
+    "test7.jsonl": 381,
+}
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
 
@@ -61,7 +70,8 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev6.jsonl", 0.975, 0.915),
         ("dev7.jsonl", 0.945, 0.96),
         ("dev8.jsonl", 0.96, 0.955),
-        ("dev9.jsonl", 0.935, 0.965),
+        ("dev9.jsonl", 0.95, 0.965),
+        ("test5.jsonl", 0.925, 0.94),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
@@ -73,18 +83,19 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
 @pytest.mark.parametrize(
     ("name", "accuracy", "coverage"),
     [
-        ("test.jsonl", 0.95, 0.97),
-        ("test2.jsonl", 0.93, 0.91),
+        ("test.jsonl", 0.955, 0.97),
+        ("test2.jsonl", 0.935, 0.92),
         ("test3.jsonl", 0.925, 0.96),
-        ("test4.jsonl", 0.90, 0.95),
-        ("test5.jsonl", 0.895, 0.94),
+        ("test4.jsonl", 0.905, 0.95),
+        ("test6.jsonl", 0.915, 0.955),
+        ("test7.jsonl", 0.915, 0.955),
     ],
 )
 def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
-    """The target is 95%; the held-out sets are read at 95.2% (test), 93.6% (test2), 93.1% (test3),
-    90.4% (test4) and 90.3% (test5, scored once) on the statuses of entities the vocabulary resolves
-    (93.3%, 86.8%, 89.7%, 86.3% and 85.3% counting the names it lacks; never tuned on): this guards
-    against regression. README and docs/mining.md give the numbers."""
+    """The target is 95%; the held-out sets are read at 96.1% (test), 94.1% (test2), 93.2% (test3),
+    91.2% (test4), 92.2% (test6) and 92.1% (test7, scored once) on the statuses of entities the
+    vocabulary resolves (never tuned on): this guards against regression. README and docs/mining.md
+    give the numbers."""
     result = score_labelled_reports(decomposer, SETS / name)
     assert result["labels"] >= 760
     assert result["status_accuracy_resolved"] >= accuracy
@@ -532,6 +543,17 @@ def test_scope_rules(decomposer, text, modality, expected):
     for name, status in expected.items():
         entity = decomposer.ontology.find(name, modality)
         assert decomposer.decompose(text, modality, [entity]).status(entity.id) is MentionStatus(status), name
+
+
+def test_a_second_writer_gives_the_same_statuses_to_the_same_names():
+    """Status labelling is not where the reader loses: a second writer, given test6's excerpts and the
+    first writer's names (not their statuses), chose the same status for 824 of 826 (99.8%)."""
+    first = {r["id"]: r["labels"] for r in read_labelled_reports(SETS / "test6.jsonl")}
+    second = [json.loads(line) for line in (SETS / "test6_second_annotator.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in second] == list(first)
+    pairs = [(status, first[r["id"]][name]) for r in second for name, status in r["labels"].items()]
+    assert len(pairs) == sum(len(labels) for labels in first.values())
+    assert sum(a == b for a, b in pairs) / len(pairs) >= 0.995
 
 
 def test_labels_naming_one_entity_are_scored_once_or_set_aside(decomposer, tmp_path):
