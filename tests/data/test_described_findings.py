@@ -81,6 +81,28 @@ def decomposer():
         ("No interstitial fibrosis.", "chest_ct", {"pulmonary fibrosis": "negative"}),
         ("The abdominal aorta is of normal calibre.", "abdominal_ct", {"abdominal aorta": "negative"}),
         ("The spleen is of normal size.", "abdominal_ct", {"splenomegaly": "negative"}),
+        (
+            "Fluid tracks up the left lateral chest wall into the oblique fissure.",
+            "chest_xray",
+            {"pleural effusion": "positive"},
+        ),
+        (
+            "Lucencies track through the soft tissues of the right chest wall.",
+            "chest_xray",
+            {"subcutaneous emphysema": "positive"},
+        ),
+        ("Air is seen within the mediastinum.", "chest_ct", {"pneumomediastinum": "positive"}),
+        ("The lower lobe bronchi are dilated and fail to taper.", "chest_ct", {"bronchiectasis": "positive"}),
+        ("Several calculi within a thin-walled GB.", "abdominal_ct", {"cholelithiasis": "positive"}),
+        ("Sludge-filled gallbladder.", "ultrasound", {"biliary sludge": "positive"}),
+        (
+            "A 4 mm stone is lodged at the left vesicoureteric junction.",
+            "abdominal_ct",
+            {"ureteric calculus": "positive"},
+        ),
+        ("Fluid surrounds the liver and spleen.", "ultrasound", {"ascites": "positive"}),
+        ("Positive sonographic Murphy's.", "ultrasound", {"sonographic murphy sign": "positive"}),
+        ("The common duct is normal.", "ultrasound", {"bile duct dilatation": "negative"}),
         # another object's state is not the organ's
         ("The liver lesion is enlarged.", "abdominal_ct", {"hepatomegaly": "not mentioned"}),
         (

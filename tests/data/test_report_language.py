@@ -537,6 +537,34 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "ultrasound",
             {"liver mass": "negative"},
         ),
+        # round 10: a break's look-ahead may reach into the mention; the list walk stops at a preposition
+        # and does not give a singular verdict across a bare comma; "apart from X, both ... are normal"
+        (
+            "Resolution of the left hydronephrosis after ureteric stent placement.",
+            "abdominal_ct",
+            {"ureteric stent": "positive", "hydronephrosis": "negative"},
+        ),
+        (
+            "Post CABG with intact sternotomy wires, cardiac size is normal.",
+            "chest_xray",
+            {"sternotomy wires": "positive", "cardiomegaly": "negative"},
+        ),
+        ("Effusion, pneumothorax and consolidation are absent.", "chest_xray", {"pneumothorax": "negative"}),
+        ("Effusion or pneumothorax is not seen.", "chest_xray", {"pleural effusion": "negative"}),
+        (
+            "Apart from a small left epididymal head cyst, both testes and epididymides are normal.",
+            "ultrasound",
+            {"spermatocele": "positive"},
+        ),
+        ("Spleen 11.5 cm, normal size.", "ultrasound", {"splenomegaly": "negative"}),
+        (
+            "Tonsillar herniation has resolved following suboccipital decompression.",
+            "brain_mri",
+            {"tonsillar herniation": "negative"},
+        ),
+        # "polyp" is the gallbladder's or the endometrium's by context
+        ("Thickened endometrium; polyp or hyperplasia.", "ultrasound", {"endometrial polyp": "uncertain"}),
+        ("No gallstones; a 5 mm non-mobile polyp on the fundal wall.", "ultrasound", {"gallbladder polyp": "positive"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -284,7 +284,15 @@ UNCERTAIN_NEXT = [
     r"or (?:less likely|more likely|possibly)",
     r"being (?:the )?(?:most |more )?likely",  # "..., sarcoidosis being most likely": that one alone
 ]
-_BARE_VERDICT = re.compile(r"\s*,\s*(?:[a-z]+\s+){0,2}?(?:normal|unremarkable|clear|negative)\s*(?:[.;,]|$)", re.I)
+# Words that open a modifier phrase, not a listed mention's own modifiers ("post CABG [with intact]
+# sternotomy wires, cardiac size is normal": the verdict is the heart's alone).
+_PREPOSITIONS = frozenset({"with", "in", "of", "at", "on", "from", "to", "for", "after", "following", "within", "into"})
+_SINGULAR_VERB = re.compile(r"(?:is|was|has)\b", re.I)
+# A verdict standing alone after a comma ("heart size, normal"), not a measure ("normal calibre").
+_BARE_VERDICT = re.compile(
+    r"\s*,\s*(?:[a-z]+\s+){0,2}?(?:normal|unremarkable|clear|negative)(?:\s+(?:size|in size|sized))?\s*(?:[.;,]|$)",
+    re.I,
+)
 # A density that may not be there at all ("a nodule over the fifth rib could be a nipple shadow").
 _MAYBE_NOT_THERE = re.compile(
     r"[^;.]{0,60}?\b(?:may|could|might) (?:\w+ )?(?:be|represent|reflect) (?:a |the )?(?:\w+ )?nipple shadows?", re.I
@@ -391,6 +399,7 @@ NEGATIVE_POST = [
 # A bare verdict right after the mention ("heart size normal", "lungs clear"), not anywhere after it
 # ("enlarged with loss of its normal lobulation").
 NEGATIVE_NEXT = [
+    r"(?:\d+(?:\.\d+)?\s*(?:mm|cm)\s*,?\s+)?"  # "spleen 11.5 cm, normal size"
     r"(?:(?:is|are|was|were|being|appears?|remains?|seems?|looks?|of|within|in|the|a|size|sized|calib(?:er|re)|otherwise|"
     r"overall|entirely|completely|essentially|grossly|again|now|still|both|all|also|and)\s+){0,4}"
     r"(?:normal|unremarkable|clear|natural|age[- ]appropriate)",
@@ -504,7 +513,7 @@ _SIZE_CALLED_NORMAL = re.compile(
 
 # After a mention, a comma opening a new description ends its post-triggers' reach
 # ("a granuloma in the right upper lobe, the lung is otherwise normal").
-_NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|but)\b)", re.I)
+_NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|but|both|all|each)\b)", re.I)
 
 
 def split_sections(report: str) -> dict[str, str]:
@@ -773,7 +782,9 @@ class RuleBasedDecomposer(ReportDecomposer):
             lambda m: m.group() if m.start() < end and start < m.end() else " " * len(m.group()), sentence
         )
         masked = _mask_differential_subjects(masked)
-        clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked, 0, start)], default=0)
+        # the whole sentence is searched: a break's look-ahead may reach into the mention ("after [ureteric
+        # stent] placement")
+        clause_start = max([m.end() for m in CLAUSE_BREAK.finditer(masked) if m.end() <= start], default=0)
         following = CLAUSE_BREAK.search(masked, end)
         clause_end = following.start() if following else len(masked)
         # other mentions are marks in the text; a stated state is no mark: its words say how the subject is
@@ -889,16 +900,21 @@ class RuleBasedDecomposer(ReportDecomposer):
         text = _MODIFIER_PHRASE.sub("", text, count=1)  # "the oedema [surrounding the metastasis] has cleared"
         immediate = text.split(_OTHER_MENTION)[0]
         words = text.split()
+        joined = False  # a list joined by "and"/"or" shares its verdict; "X, Y is normal" is Y's alone
         while words:
             if words[0] == _OTHER_MENTION or words[0].strip(",/") in ("", "or", "and", "nor"):
+                joined = joined or words[0].strip(",/") in ("or", "and", "nor")
                 words.pop(0)
             elif _OTHER_MENTION in words[1:3] and all(
-                w.isalpha() and not _TRIGGER_WORD.fullmatch(w) for w in words[: words.index(_OTHER_MENTION)]
+                w.isalpha() and not _TRIGGER_WORD.fullmatch(w) and w.lower() not in _PREPOSITIONS
+                for w in words[: words.index(_OTHER_MENTION)]
             ):
                 del words[: words.index(_OTHER_MENTION)]  # a listed mention's own modifiers ("atypical")
             else:
                 break
         listed = " ".join(words).split(_OTHER_MENTION)[0]
+        if not joined and _SINGULAR_VERB.match(listed):
+            listed = ""
         # a verdict after a comma is a structure's, or a bare one ("heart size, normal"), not a
         # structure's measure after a finding ("Aorta: calcified plaque, normal calibre")
         verdict_may_follow = structure or not immediate.lstrip().startswith(",") or _BARE_VERDICT.match(immediate)

@@ -294,7 +294,8 @@ def description_patterns(description: Description, normal: bool = False) -> list
 
 def measurement_pattern(measurement: Measurement) -> str:
     """A regular expression for a measured subject; the match spans the subject, and the groups
-    `size` ("16.5", "15 x 12") and `unit` (mm or cm) hold its size."""
+    `size` ("16.5", "15 x 12") and `unit` (mm or cm) hold its size (for a ratio, "0.56" and no unit,
+    or "56" and "%")."""
     subject = "|".join(phrase_pattern(s) for s in measurement.subjects)
     if measurement.unit == "ratio":
         return (
