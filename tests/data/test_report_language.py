@@ -562,6 +562,12 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "brain_mri",
             {"tonsillar herniation": "negative"},
         ),
+        ("No collection after the recent cholecystectomy.", "ultrasound", {"cholecystectomy": "positive"}),
+        (
+            "The perihepatic collection seen after cholecystectomy has completely resolved.",
+            "ultrasound",
+            {"cholecystectomy": "positive"},
+        ),
         # "polyp" is the gallbladder's or the endometrium's by context
         ("Thickened endometrium; polyp or hyperplasia.", "ultrasound", {"endometrial polyp": "uncertain"}),
         ("No gallstones; a 5 mm non-mobile polyp on the fundal wall.", "ultrasound", {"gallbladder polyp": "positive"}),
