@@ -1,13 +1,13 @@
 """Report language on hand-written reports the decomposer was not built from.
 
-tests/data/report_language/ holds sixteen sets of hand-written report excerpts with mention-status
+tests/data/report_language/ holds eighteen sets of hand-written report excerpts with mention-status
 labels (written here for this purpose, not copied from any dataset, each by a different writer):
-`dev.jsonl` to `dev9.jsonl` are development sets (the rules and the vocabulary were tuned on them;
+`dev.jsonl` to `dev10.jsonl` are development sets (the rules and the vocabulary were tuned on them;
 dev2 and dev3 were held-out sets, each scored once before it was folded into development; dev5 to
-dev9 were written to the labelling guide in docs/mining.md); `test5.jsonl` was held out in round 8
+dev10 were written to the labelling guide in docs/mining.md); `test5.jsonl` was held out in round 8
 and scored once, then its errors were read in round 9 and it was tuned on (development since);
-`test.jsonl` to `test4.jsonl`, `test6.jsonl` and `test7.jsonl` are held out (never tuned on, their
-errors never read; test7 was scored once, at the end of round 9). `test6_second_annotator.jsonl`
+`test.jsonl` to `test4.jsonl` and `test6.jsonl` to `test8.jsonl` are held out (never tuned on, their
+errors never read; test8 was scored once, at the end of round 10). `test6_second_annotator.jsonl`
 holds a second writer's statuses for test6's names. See docs/report-language.md for how each set was
 used, and docs/mining.md, "How well it reads real reports"."""
 
@@ -31,6 +31,7 @@ DEVELOPMENT = {
     "dev7.jsonl": 389,
     "dev8.jsonl": 377,
     "dev9.jsonl": 370,
+    "dev10.jsonl": 370,
     "test5.jsonl": 368,  # held out in round 8, tuned on in round 9
 }
 HELD_OUT = {
@@ -40,6 +41,7 @@ HELD_OUT = {
     "test4.jsonl": 369,
     "test6.jsonl": 376,
     "test7.jsonl": 381,
+    "test8.jsonl": 371,
 }
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
@@ -71,7 +73,8 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev7.jsonl", 0.945, 0.96),
         ("dev8.jsonl", 0.96, 0.955),
         ("dev9.jsonl", 0.95, 0.965),
-        ("test5.jsonl", 0.925, 0.94),
+        ("dev10.jsonl", 0.95, 0.96),
+        ("test5.jsonl", 0.93, 0.94),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
@@ -84,18 +87,19 @@ def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     ("name", "accuracy", "coverage"),
     [
         ("test.jsonl", 0.955, 0.97),
-        ("test2.jsonl", 0.935, 0.92),
-        ("test3.jsonl", 0.925, 0.96),
-        ("test4.jsonl", 0.905, 0.95),
+        ("test2.jsonl", 0.94, 0.92),
+        ("test3.jsonl", 0.93, 0.96),
+        ("test4.jsonl", 0.91, 0.95),
         ("test6.jsonl", 0.915, 0.955),
-        ("test7.jsonl", 0.915, 0.955),
+        ("test7.jsonl", 0.92, 0.955),
+        ("test8.jsonl", 0.90, 0.945),
     ],
 )
 def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy, coverage):
-    """The target is 95%; the held-out sets are read at 96.1% (test), 94.1% (test2), 93.2% (test3),
-    91.2% (test4), 92.2% (test6) and 92.1% (test7, scored once) on the statuses of entities the
-    vocabulary resolves (never tuned on): this guards against regression. README and docs/mining.md
-    give the numbers."""
+    """The target is 95%; the held-out sets are read at 96.2% (test), 94.4% (test2), 93.4% (test3),
+    91.7% (test4), 92.2% (test6), 92.5% (test7) and 90.7% (test8, scored once) on the statuses of
+    entities the vocabulary resolves (never tuned on): this guards against regression. README and
+    docs/mining.md give the numbers."""
     result = score_labelled_reports(decomposer, SETS / name)
     assert result["labels"] >= 760
     assert result["status_accuracy_resolved"] >= accuracy
