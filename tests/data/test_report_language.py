@@ -572,6 +572,13 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "ultrasound",
             {"cholecystectomy": "positive"},
         ),
+        # contrast filling a vessel is no lung opacity
+        (
+            "CT pulmonary angiogram: adequate opacification of the pulmonary arteries with no filling defect.",
+            "chest_ct",
+            {"lung opacity": "not mentioned", "pulmonary embolism": "negative"},
+        ),
+        ("Patchy opacification of the right lower lobe.", "chest_ct", {"lung opacity": "positive"}),
         # "polyp" is the gallbladder's or the endometrium's by context
         ("Thickened endometrium; polyp or hyperplasia.", "ultrasound", {"endometrial polyp": "uncertain"}),
         ("No gallstones; a 5 mm non-mobile polyp on the fundal wall.", "ultrasound", {"gallbladder polyp": "positive"}),
