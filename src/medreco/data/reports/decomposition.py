@@ -750,6 +750,12 @@ class RuleBasedDecomposer(ReportDecomposer):
         for mention in (m for m, _ in candidates if not m.described):
             if all(mention.end <= t.start or mention.start >= t.end for t in taken):
                 taken.append(mention)
+        # a name that is also a measured subject is read by its size ("CTR 0.44", "spleen 11.5 cm")
+        for mention in (m for m, _ in candidates if isinstance(m.how, MentionStatus)):
+            taken = [
+                mention if (t.start, t.end, t.entity) == (mention.start, mention.end, mention.entity) else t
+                for t in taken
+            ]
         # Descriptions come after names: they may hold other entities' names ("enlargement of the [spleen]")
         # and share their span with another description ("the liver and spleen are [enlarged]"),
         # but never cut into a name.
