@@ -2,7 +2,13 @@ import pytest
 
 from medreco.data.mining.benchmark import score_decomposition
 from medreco.data.phantom import PhantomConfig, generate_cohort
-from medreco.data.reports.decomposition import EmptyReportError, MentionStatus, RuleBasedDecomposer, split_sections
+from medreco.data.reports.decomposition import (
+    EmptyReportError,
+    MentionStatus,
+    RuleBasedDecomposer,
+    section_name,
+    split_sections,
+)
 
 P, N, U = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN
 
@@ -84,6 +90,45 @@ def test_entity_text_sections_and_anatomy(decomposer):
 def test_a_report_without_a_findings_heading_is_read_after_its_history(decomposer, report, modality, term, expected):
     result = decomposer.decompose(report, modality)
     assert result.status(decomposer.ontology.find(term, modality).id) is expected, result.mentioned()
+
+
+UK_CHEST_FILM = (
+    "CXR PA\n\nClinical details: Productive cough, fever. ?Consolidation.\n\nReport: Small left pleural effusion. "
+    "No pneumothorax. Heart size normal.\n\nOpinion: Small left effusion."
+)
+ORGAN_LINES = (
+    "US ABDOMEN\nClinical: RUQ pain.\nLiver: Normal size and echotexture.\nGallbladder: Multiple mobile gallstones. "
+    "No wall thickening.\nComment: Cholelithiasis without cholecystitis."
+)
+UNCOLONED_HEADINGS = "INDICATION\n? PE\n\nFINDINGS\nNo filling defect to suggest pulmonary embolism.\n\nIMPRESSION\nNo PE."
+
+
+@pytest.mark.parametrize(
+    "report, modality, term, expected",
+    [
+        # departments' other words for the sections: the request is not read, the report and opinion are
+        (UK_CHEST_FILM, "chest_xray", "consolidation", MentionStatus.NOT_MENTIONED),
+        (UK_CHEST_FILM, "chest_xray", "pleural effusion", P),
+        (UK_CHEST_FILM, "chest_xray", "pneumothorax", MentionStatus.NEGATIVE),
+        # organ lines under no findings heading, in a report with an impression, are read
+        (ORGAN_LINES, "ultrasound", "gallbladder wall thickening", MentionStatus.NEGATIVE),
+        (ORGAN_LINES, "ultrasound", "gallstones", P),
+        (ORGAN_LINES, "ultrasound", "liver", MentionStatus.NEGATIVE),
+        # headings in capitals on a line of their own
+        (UNCOLONED_HEADINGS, "chest_ct", "pulmonary embolism", MentionStatus.NEGATIVE),
+    ],
+)
+def test_every_department_s_headings_are_read(decomposer, report, modality, term, expected):
+    result = decomposer.decompose(report, modality)
+    assert result.status(decomposer.ontology.find(term, modality).id) is expected, result.mentioned()
+
+
+def test_section_names():
+    assert split_sections(UK_CHEST_FILM).keys() == {"preamble", "indication", "findings", "impression"}
+    assert split_sections(UNCOLONED_HEADINGS).keys() == {"preamble", "indication", "findings", "impression"}
+    assert section_name("Clinical details") == "indication" and section_name("OPINION") == "impression"
+    # a line that only begins with a heading's word is no heading
+    assert "findings" not in split_sections("Findings are stable since the prior study.")
 
 
 def test_empty_report(decomposer):

@@ -78,6 +78,30 @@ def test_report_phrasings_resolve(ontology, phrase, modality, entity_id):
     assert ontology.find(phrase, modality).id == entity_id
 
 
+@pytest.mark.parametrize(
+    ("phrase", "modality", "entity_id"),
+    [
+        ("left hydronephrosis", "ultrasound", "us/abnormal/hydronephrosis@kidneys"),
+        ("right lower lobe nodule", "chest_ct", "ct/abnormal/solitary-pulmonary-nodule-and-mass@pulmonary-parenchyma"),
+        ("left 6th-8th rib fractures", "chest_ct", "ct/abnormal/fracture"),
+        ("right basilar atelectasis", "chest_xray", "cxr/abnormal/atelectasis@pulmonary-parenchyma"),
+        # a bare name is the modality's region's where the family is shared
+        ("lymphadenopathy", "abdominal_ct", "ct/abnormal/abdominal-lymphadenopathy"),
+        ("lymphadenopathy", "chest_ct", "ct/abnormal/lymphadenopathy-within-the-mediastinum@mediastinum"),
+    ],
+)
+def test_a_finding_named_with_its_side_or_lobe_resolves(ontology, phrase, modality, entity_id):
+    assert ontology.find(phrase, modality).id == entity_id
+
+
+@pytest.mark.parametrize("phrase", ["left lung", "new nodule", "new enhancing lesions"])
+def test_a_part_of_a_structure_or_a_new_finding_does_not_resolve_to_the_whole(ontology, phrase):
+    """"Left lung clear" says nothing of the right lung; "no new nodules" nothing of the old ones."""
+    modality = "brain_mri" if "enhancing" in phrase else "chest_ct"
+    with pytest.raises(KeyError):
+        ontology.find(phrase, modality)
+
+
 def test_lookups(ontology):
     effusion = ontology.find("pleural effusion", "chest_ct")
     assert effusion.id == "ct/abnormal/pleural-effusion@pleura" and ontology.anatomy_of(effusion).term == "pleura"

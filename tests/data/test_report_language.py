@@ -582,6 +582,62 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
         # "polyp" is the gallbladder's or the endometrium's by context
         ("Thickened endometrium; polyp or hyperplasia.", "ultrasound", {"endometrial polyp": "uncertain"}),
         ("No gallstones; a 5 mm non-mobile polyp on the fundal wall.", "ultrasound", {"gallbladder polyp": "positive"}),
+        # a coordination shares a modifier or a head between two names
+        (
+            "No pericardial effusion or thickening was detected.",
+            "chest_ct",
+            {"pericardial effusion": "negative", "pericardial thickening": "negative"},
+        ),
+        ("Small pericardial effusion and thickening.", "chest_ct", {"pericardial thickening": "positive"}),
+        ("The cardiac and mediastinal silhouettes are unremarkable.", "chest_xray", {"heart": "negative"}),
+        ("The cardiac and mediastinal silhouettes are enlarged.", "chest_xray", {"heart": "positive"}),
+        # translated reports join two findings with a hyphen
+        (
+            "Pericardial effusion-thickening was not observed.",
+            "chest_ct",
+            {"pericardial effusion": "negative", "pericardial thickening": "negative"},
+        ),
+        ("No lytic-destructive lesions were detected in the bone structures.", "chest_ct", {"bone lesion": "negative"}),
+        # contrast filling the arteries says nothing abnormal
+        ("Adequate opacification.", "chest_ct", {"lung opacity": "not mentioned"}),
+        (
+            "Good opacification of the pulmonary arterial tree to subsegmental level.",
+            "chest_ct",
+            {"main pulmonary artery": "negative", "lungs": "not mentioned"},
+        ),
+        # a structure that is the reference of a comparison is not abnormal
+        (
+            "Diffuse hypoattenuation of the liver relative to the spleen, in keeping with hepatic steatosis.",
+            "abdominal_ct",
+            {"spleen": "negative", "liver": "positive"},
+        ),
+        # what a finding is out of proportion to is there
+        ("No hydrocephalus out of proportion to the atrophy.", "brain_mri", {"hydrocephalus": "negative", "cerebral atrophy": "positive"}),
+        # a stone that has passed is gone
+        ("Interval passage of the previously seen right renal calculus.", "abdominal_ct", {"renal calculi": "negative"}),
+        # nodes counted and none enlarged (CT-RATE style)
+        (
+            "Several subcentimetre lymph nodes are seen in the prevascular and lower paratracheal stations, none of pathological size.",
+            "chest_ct",
+            {"lymphadenopathy": "negative"},
+        ),
+        (
+            "No lymph node in pathological size and appearance was detected in the mediastinum and at both hilar levels.",
+            "chest_ct",
+            {"lymphadenopathy": "negative"},
+        ),
+        ("Mediastinal lymph nodes of pathological size are seen.", "chest_ct", {"lymphadenopathy": "positive"}),
+        # bare "lymphadenopathy" is the region's: the abdomen's on an abdominal CT, the chest's on a chest CT
+        ("No lymphadenopathy.", "abdominal_ct", {"lymphadenopathy": "negative", "abdominal lymphadenopathy": "negative"}),
+        ("Lymph nodes: No pathologically enlarged nodes.", "abdominal_ct", {"lymphadenopathy": "negative"}),
+        ("Bulky lymphadenopathy.", "chest_ct", {"mediastinal lymphadenopathy": "positive"}),
+        # a gallbladder well distended for the scan is normal
+        (
+            "Gallbladder is well distended with no stones, wall thickening or pericholecystic fluid.",
+            "ultrasound",
+            {"gallbladder": "negative", "gallbladder distension": "negative"},
+        ),
+        ("The gallbladder is distended.", "ultrasound", {"gallbladder distension": "positive"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from ...errors import MedReCoError, UnknownEntityError
 from .ontology import (
     Entity,
+    MODALITY_REGION,
     Measurement,
     Ontology,
     description_patterns,
@@ -76,12 +77,34 @@ class ReportDecomposer(ABC):
 
 # ------------------------------------------------------------------------------- rule-based
 
+# The headings reports use, by the section each names: what the current images show ("findings",
+# "impression") is read; the request, the method and the prior ("indication", "technique",
+# "comparison") are context, not findings. Several departments' words for each.
+SECTION_NAMES = {
+    "findings": ("findings", "finding", "report", "results?", "description", "observations?"),
+    "impression": (
+        "impressions?", "conclusions?", "opinion", "summary", "comments?", "interpretation", "assessment",
+        "diagnosis", "final impression", "impression and recommendations?",
+    ),
+    "examination": ("examination", "exam", "study", "procedure", "type of (?:exam|examination|study)"),
+    "indication": (
+        "indications?", "clinical indications?", "reason for (?:exam|examination|study|referral|request)",
+        "clinical (?:history|information|details|notes|data|question|background)", "clinical", "history",
+        "relevant history", "referral", "request",
+    ),
+    "technique": ("technique", "protocol", "sequences", "contrast", "dose", "radiation dose", "dlp"),
+    "comparison": ("comparisons?", "priors?", "previous (?:studies|study|imaging)"),
+    "recommendation": ("recommendations?", "advice", "follow-up"),
+}
+_SECTION_OF = [(re.compile(rf"(?:{'|'.join(words)})$", re.I), name) for name, words in SECTION_NAMES.items()]
+_ANY_SECTION = "|".join(word for words in SECTION_NAMES.values() for word in words)
+# A heading starts a line and ends with a colon ("FINDINGS:", "Clinical details:"), or stands alone
+# on its line in capitals or title case ("IMPRESSION", "Findings").
 SECTION_HEADER = re.compile(
-    r"^\s*(examination|exam|indication|history|clinical information|technique|comparison|findings|impressions?|"
-    r"conclusions?|recommendations?)\s*:",
-    re.IGNORECASE | re.MULTILINE,
+    rf"^[ \t]*((?i:{_ANY_SECTION}))[ \t]*:|^[ \t]*((?i:{_ANY_SECTION}))[ \t]*(?=\n|$)",
+    re.MULTILINE,
 )
-READ_SECTIONS = ("findings", "impression", "impressions", "conclusion", "conclusions")
+READ_SECTIONS = ("findings", "impression")
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9_(])|\n\s*\n|\n\s*(?=\d+[.)]\s)|\n(?=[A-Z])")
 # Phrases that set one thing apart ("apart from a nodule, the lungs are clear"): a clause ends at one,
 # and a structure called normal beside one is normal but for what was named.
@@ -97,7 +120,7 @@ CLAUSE_BREAK = re.compile(
     r"radiotherapy|radiation|emboli[sz]ation|ablation|repair|operation|stenting|stent|decompression|"
     r"[a-z]+ectomy|[a-z]+otomy|[a-z]+ostomy|[a-z]+plasty)\b)|"
     r"(?:cause|source|etiology|aetiology) (?:for|of)|reason for|to explain|"
-    r"to account for|leaving|"
+    r"to account for|leaving|out of proportion to|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )(?:consistent|compatible) with|"
     r"(?<!not )(?<!be )(?<!possibly )(?<!likely )(?<!probably )in keeping with|"
     r"there (?:is|are|has been|have been)|(?:and|but) only)\b|[;)]|\((?!\s*(?:e\.?g|i\.?e|such as|for example)\b)|"
@@ -343,6 +366,8 @@ NEGATIVE_PRE = [
     r"instead of",
     r"removal of",
     r"interval removal of",
+    r"(?:interval |spontaneous )?passage of",  # "interval passage of the previously seen calculus"
+    r"(?<=, )none(?: of them)?(?: (?:is|are|was|were))?",  # "lymph nodes are seen, none of pathological size"
 ]
 # Negation that holds only right before the mention ("normal heart size", "clear lungs").
 NEGATIVE_ADJACENT = [
@@ -412,7 +437,7 @@ _REMOVED_NEXT = re.compile(r"(?:resection|excision|extirpation)\b(?!\s+(?:cavity
 ABNORMAL_CUE = re.compile(
     r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|(?<!well )(?<!well-)distend\w+|distension|"
     r"heterogene\w+|coarse\w*|echogenic|hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
-    r"hyperinflat\w+|hyperexpan\w+|opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
+    r"hyperinflat\w+|hyperexpan\w+|(?<!good )(?<!adequate )(?<!satisfactory )(?<!optimal )(?<!excellent )(?<!diagnostic )opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
     r"hyperdens\w+|hyperintens\w+|hypointens\w+|lesions?|mass(?:es)?|cysts?|stones?|calcul\w+|fluid|collections?|"
     r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
     r"haemorrhag\w+|blood|infarct\w*|narrow\w*|tortuous|ectatic|calcifi\w+|thrombos\w+|thrombus|occlu\w+|"
@@ -495,7 +520,10 @@ _MODIFIER_WORDS = (
 _MODIFIER_PHRASE = re.compile(rf"^\s*{_MODIFIERS}\s+{_MODIFIER_WORDS}{_OTHER_MENTION}", re.I)
 _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}$", re.I)
 # A structure named as the reference of a comparison says nothing abnormal of it.
-_COMPARATOR = re.compile(r"\bthan\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$", re.I)
+_COMPARATOR = re.compile(
+    r"\b(?:than|relative to|compared (?:to|with))\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$",
+    re.I,
+)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
 _WHERE_THE_OTHER_IS = re.compile(
     rf"\b(?:no|without)\s+(?:(?:(?:[\w-]+|{_OTHER_MENTION})\s+){{0,8}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
@@ -518,17 +546,38 @@ _SIZE_CALLED_NORMAL = re.compile(
 _NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|but|both|all|each)\b)", re.I)
 
 
+# Two findings joined by a hyphen, as translated reports write them ("pericardial effusion-thickening",
+# "lytic-destructive lesion"): read as "effusion/thickening", a list, as long as the original.
+_HYPHENATED_LIST = re.compile(
+    r"\b(effusion|thickening|lytic|destructive|sclerotic|blastic|infiltrative|consolidation|atelectasis|mass|nodule)-"
+    r"(thickening|effusion|destructive|lytic|sclerotic|infiltrative|consolidation|atelectasis|mass|nodule|lesion)\b",
+    re.I,
+)
+
+
 def split_sections(report: str) -> dict[str, str]:
     """Sections by header ("FINDINGS:", "Impressions:" ...); text before any header is "preamble"."""
-    matches = list(SECTION_HEADER.finditer(report))
+    matches = [m for m in SECTION_HEADER.finditer(report) if m.group(1) or _standalone_heading(m.group(2))]
     if not matches:
         return {"body": report.strip()}
     sections = {"preamble": report[: matches[0].start()].strip()}
     for match, following in zip(matches, [*matches[1:], None]):
-        name = match.group(1).lower()
+        name = section_name(match.group(1) or match.group(2))
         text = report[match.end() : following.start() if following else len(report)].strip()
         sections[name] = (sections.get(name, "") + " " + text).strip()
     return sections
+
+
+def section_name(heading: str) -> str:
+    """The section a heading names ("Clinical details" -> "indication", "Opinion" -> "impression")."""
+    words = " ".join(heading.split())
+    return next(name for pattern, name in _SECTION_OF if pattern.match(words))
+
+
+def _standalone_heading(words: str) -> bool:
+    """A heading without a colon counts only in capitals or title case ("FINDINGS", "Impression"), so a
+    line that merely begins with such a word ("Findings are stable") is not a heading."""
+    return words.isupper() or words.istitle()
 
 
 def unheaded_findings(sections: dict[str, str]) -> str:
@@ -542,6 +591,17 @@ def unheaded_findings(sections: dict[str, str]) -> str:
         if name != "preamble":
             parts.extend(split_sentences(text)[1:])
     return " ".join(part for part in parts if part)
+
+
+def lines_after_headings(sections: dict[str, str]) -> str:
+    """Findings written under no heading of their own in a report that has an impression: the lines
+    after the first line of a title or a context section ("Clinical: RUQ pain.\nLiver: normal.\n
+    Gallbladder: gallstones.\nComment: cholelithiasis." reads the organ lines)."""
+    parts = []
+    for name, text in sections.items():
+        if name not in READ_SECTIONS:
+            parts.extend(line.strip() for line in text.splitlines()[1:] if line.strip())
+    return "\n".join(parts)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -681,6 +741,43 @@ def _how(readings: dict[tuple[int, int], _Mention] | None, span: tuple[int, int]
     return mention.how if mention is not None else None
 
 
+# Coordination that shares a modifier or a head between two names: "pericardial effusion or
+# [thickening]" (pericardial thickening), "the [cardiac] and mediastinal silhouettes" (the cardiac
+# silhouette). The word after or before a name's conjunction, and the conjunction itself.
+_SHARED_MODIFIER = re.compile(r"\s*(?:,\s*|/|\s(?:and/or|or|and|nor)\s+)([a-z]{4,})\b", re.I)
+_SHARED_HEAD = re.compile(r"\b([a-z]{4,})(?:\s*,\s*|\s*/\s*|\s+(?:and/or|or|and)\s+)$", re.I)
+_NOT_A_MODIFIER = {"with", "without", "there", "which", "that", "this", "these", "those", "both", "either", "neither"}
+
+
+def _elided_mentions(sentence: str, taken: list[_Mention], matchers: _MatcherSet, region: str) -> list[_Mention]:
+    """Names a coordination shortens: the word that shares a named finding's modifier or head is a
+    mention of the entity the full phrase names ("No pericardial effusion or thickening")."""
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= t.start or start >= t.end for t in [*taken, *found])
+
+    def names(phrase: str) -> Entity | None:
+        whole = [m for m in RuleBasedDecomposer._mentions(phrase, matchers, "", region, _elided=True) if not m.described]
+        return whole[0].entity if len(whole) == 1 and (whole[0].start, whole[0].end) == (0, len(phrase)) else None
+
+    found: list[_Mention] = []
+    for mention in [t for t in taken if not t.described]:
+        words = sentence[mention.start : mention.end].split()
+        if len(words) < 2:
+            continue
+        after = _SHARED_MODIFIER.match(sentence, mention.end)
+        if after and after.group(1).lower() not in _NOT_A_MODIFIER and free(*after.span(1)):
+            entity = names(" ".join([*words[:-1], after.group(1)]))
+            if entity is not None and entity is not mention.entity:
+                found.append(_Mention(*after.span(1), entity, None, False, after.start(1)))
+        before = _SHARED_HEAD.search(sentence[: mention.start])
+        if before and before.group(1).lower() not in _NOT_A_MODIFIER and free(*before.span(1)):
+            entity = names(" ".join([before.group(1), *words[1:]]))
+            if entity is not None and entity is not mention.entity:
+                found.append(_Mention(*before.span(1), entity, None, False, before.start(1)))
+    return found
+
+
 class RuleBasedDecomposer(ReportDecomposer):
     """Offline decomposition with synonyms and NegEx-style scopes; no model, no network.
 
@@ -701,14 +798,20 @@ class RuleBasedDecomposer(ReportDecomposer):
         return [mention[:3] for mention in self._mentions(sentence, entities, heading)]
 
     @staticmethod
-    def _mentions(sentence: str, entities: list[Entity] | _MatcherSet, heading: str = "") -> list[_Mention]:
-        """`find_mentions`, each with how to read it and whether it is a description."""
+    def _mentions(
+        sentence: str, entities: list[Entity] | _MatcherSet, heading: str = "", region: str = "", _elided: bool = False
+    ) -> list[_Mention]:
+        """`find_mentions`, each with how to read it and whether it is a description. `region`: the body
+        region the report is about (`MODALITY_REGION`), a context for every sentence; `_elided`: the
+        call checks an elided name, whose own elisions are not sought."""
         matcher_set = entities if isinstance(entities, _MatcherSet) else _compiled_matchers(tuple(entities))
         candidates: list[tuple[_Mention, bool]] = []  # each with whether its phrasing needs no context
         covered = []
         for matcher in matcher_set.relevant(sentence):
             context = matcher.context
-            if context is not None and not (context.search(sentence) or (heading and context.search(heading))):
+            if context is not None and not (
+                context.search(sentence) or (heading and context.search(heading)) or (region and context.search(region))
+            ):
                 continue
             has_state = "state" in matcher.pattern.groupindex
             described = has_state or matcher.measurement is not None
@@ -770,6 +873,8 @@ class RuleBasedDecomposer(ReportDecomposer):
                 for t in overlapping
             ):
                 taken.append(mention)
+        if not _elided:
+            taken.extend(_elided_mentions(sentence, taken, matcher_set, region))
         return sorted(taken, key=lambda m: m.start)
 
     def mention_status(
@@ -911,7 +1016,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         joined = False  # a list joined by "and"/"or" shares its verdict; "X, Y is normal" is Y's alone
         while words:
             if words[0] == _OTHER_MENTION or words[0].strip(",/") in ("", "or", "and", "nor"):
-                joined = joined or words[0].strip(",/") in ("or", "and", "nor")
+                joined = joined or words[0].strip(",/") in ("or", "and", "nor") or words[0] == "/"
                 words.pop(0)
             elif _OTHER_MENTION in words[1:3] and all(
                 w.isalpha() and not _TRIGGER_WORD.fullmatch(w) and w.lower() not in _PREPOSITIONS
@@ -989,8 +1094,11 @@ class RuleBasedDecomposer(ReportDecomposer):
         # is not read as a pleural effusion), then only the requested entities are reported
         matching = list({e.id: e for e in [*family_entities, *entities]}.values())
         matchers = _compiled_matchers(tuple(matching))
-        sections = split_sections(report)
+        sections = split_sections(_HYPHENATED_LIST.sub(r"\1/\2", report))
+        region = MODALITY_REGION.get(modality, "")
         read = [sections[name] for name in READ_SECTIONS if name in sections] or [unheaded_findings(sections)]
+        if "findings" not in sections and "impression" in sections:
+            read.insert(0, lines_after_headings(sections))
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
@@ -1001,7 +1109,7 @@ class RuleBasedDecomposer(ReportDecomposer):
             heading = ""
             for sentence in split_sentences(text):
                 heading = _heading(sentence) or heading
-                read_mentions = self._mentions(sentence, matchers, heading)
+                read_mentions = self._mentions(sentence, matchers, heading, region)
                 mentions = [mention[:3] for mention in read_mentions]
                 readings = {(m.start, m.end): m for m in read_mentions if m.how is not None}
                 statuses = [
@@ -1169,7 +1277,9 @@ __all__ = [
     "RuleBasedDecomposer",
     "aggregate_status",
     "sentence_status",
+    "section_name",
     "split_sections",
     "split_sentences",
     "unheaded_findings",
+    "lines_after_headings",
 ]

@@ -25,6 +25,10 @@ MODALITY_FAMILY = {
     "brain_mri": "BRAIN",
     "ultrasound": "US",
 }
+# Where modalities share a family, the body region each one's reports are about: a phrasing that names
+# an entity only in context ("lymphadenopathy" for the abdominal nodes) reads as that region's in the
+# modality's reports, as if every sentence named it ("No lymphadenopathy" on an abdominal CT).
+MODALITY_REGION = {"chest_ct": "thoracic", "abdominal_ct": "abdominal"}
 # Other names for the canonical modalities (case, spaces, hyphens and underscores do not matter),
 # DICOM Modality codes among them. MR is brain MRI: the vocabulary has no other MRI.
 MODALITY_ALIASES = {
@@ -315,6 +319,16 @@ def measured_sizes(size: str, unit: str | None) -> list[float]:
     return [float(number) * scale for number in re.findall(_NUMBER, size)]
 
 
+# Words that place a finding without changing what it is: sides, lobes, zones, ribs. ("New" is not
+# one: "no new nodules" says nothing of the old.)
+_QUALIFIERS = re.compile(
+    r"^(?:(?:left|right|bilateral|both|left-sided|right-sided|ipsilateral|contralateral|"
+    r"(?:upper|middle|mid|lower)(?: lobe| zone)?|lingular|basilar|bibasilar|basal|apical|biapical|"
+    r"\d+(?:st|nd|rd|th)(?:\s*(?:-|to|and)\s*\d+(?:st|nd|rd|th))?)\s+)+",
+    re.I,
+)
+
+
 class Ontology:
     """Look-ups over the entity vocabulary. `Ontology.load()` reads the packaged vocabulary."""
 
@@ -432,6 +446,15 @@ class Ontology:
             for entity in candidates:
                 if getattr(entity, attribute).lower() == value:
                     return entity
+        # a phrasing that names an entity in the modality's region ("lymphadenopathy" on abdominal CT)
+        region = MODALITY_REGION.get(modality or "", "")
+        regional = [
+            e
+            for e in candidates
+            if region and e.context and re.search(e.context, region, re.I) and wanted in (s.lower() for s in e.contextual)
+        ]
+        if len(regional) == 1:
+            return regional[0]
         # a synonym, then word forms, spellings and patterns as report sentences are matched; where
         # several entities share a phrasing, the one a report sentence would give (abnormal first)
         by_level = sorted(candidates, key=lambda e: ("abnormal", "disease", "anatomy").index(e.level))
@@ -447,6 +470,17 @@ class Ontology:
         contextual = [e for e in candidates if wanted in (s.lower() for s in e.contextual)]
         if len(contextual) == 1:
             return contextual[0]
+        # a finding qualified by side or lobe ("left hydronephrosis", "right lower lobe nodule"): the
+        # finding without them. Not a structure: "left lung" is a part of the lungs, which the
+        # vocabulary does not split (a report's "left lung clear" says nothing of the right)
+        unqualified = _QUALIFIERS.sub("", wanted_term).strip()
+        if unqualified and unqualified != wanted_term:
+            try:
+                entity = self.find(unqualified, modality)
+            except KeyError:
+                entity = None
+            if entity is not None and entity.level != "anatomy":
+                return entity
         raise KeyError(f"no entity matches {text!r}" + (f" for {modality}" if modality else ""))
 
     def _patterns_of(self, entity: Entity) -> tuple[re.Pattern, ...]:
@@ -480,6 +514,7 @@ __all__ = [
     "LEVELS",
     "MODALITY_ALIASES",
     "MODALITY_FAMILY",
+    "MODALITY_REGION",
     "Entity",
     "Ontology",
     "UnknownModalityError",
