@@ -638,6 +638,39 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             {"gallbladder": "negative", "gallbladder distension": "negative"},
         ),
         ("The gallbladder is distended.", "ultrasound", {"gallbladder distension": "positive"}),
+        # a structure named to place something else is a landmark
+        ("Focal fatty sparing adjacent to the gallbladder fossa.", "ultrasound", {"gallbladder": "negative"}),
+        (
+            "Increased echogenicity with poor visualization of the diaphragm and portal vein walls, in keeping with steatosis.",
+            "ultrasound",
+            {"portal vein": "negative", "hepatic steatosis": "positive"},
+        ),
+        # a corpus luteum is physiology, not a cyst
+        ("Both ovaries are normal; a corpus luteum is seen in the right ovary.", "ultrasound", {"ovaries": "negative"}),
+        ("Haemorrhagic corpus luteum in the right ovary.", "ultrasound", {"ovaries": "positive"}),
+        # a heading naming two structures gives each only its own findings
+        (
+            "Lungs/airways: Peripheral wedge-shaped opacity in the right lower lobe, likely pulmonary infarction.",
+            "chest_ct",
+            {"airways": "not mentioned", "lungs": "positive"},
+        ),
+        ("Heart and pericardium: Small pericardial effusion.", "chest_ct", {"heart": "not mentioned", "pericardium": "positive"}),
+        ("Lungs/airways: Clear.", "chest_ct", {"airways": "negative", "lungs": "negative"}),
+        # places listed with "or" are no alternatives
+        ("No obstructive lesion was observed in the trachea or main bronchi.", "chest_ct", {"trachea": "negative"}),
+        ("No CT correlate for the opacity described on the radiograph.", "chest_ct", {"lung opacity": "negative"}),
+        ("Dilated pulmonary trunk, pulmonary hypertension possible.", "chest_ct", {"pulmonary hypertension": "uncertain"}),
+        # a name restated in parentheses keeps the status the parenthesis would cut off
+        (
+            "Findings may represent treatment-related change (pseudoprogression) versus tumor progression.",
+            "brain_mri",
+            {"pseudoprogression": "uncertain"},
+        ),
+        (
+            "Enlargement of the lateral and third ventricles with a normal fourth ventricle (obstructive hydrocephalus).",
+            "brain_mri",
+            {"hydrocephalus": "positive"},
+        ),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -12,6 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ...errors import MedReCoError, UnknownEntityError
@@ -308,6 +309,7 @@ UNCERTAIN_NEXT = [
     r"vs\.?",
     r"or (?:less likely|more likely|possibly)",
     r"being (?:the )?(?:most |more )?likely",  # "..., sarcoidosis being most likely": that one alone
+    r"(?:possible|probable|suspected|questioned|queried|not excluded)(?=\s*(?:[.;,)]|$))",  # "X possible."
 ]
 # Words that open a modifier phrase, not a listed mention's own modifiers ("post CABG [with intact]
 # sternotomy wires, cardiac size is normal": the verdict is the heart's alone).
@@ -368,6 +370,7 @@ NEGATIVE_PRE = [
     r"interval removal of",
     r"(?:interval |spontaneous )?passage of",  # "interval passage of the previously seen calculus"
     r"(?<=, )none(?: of them)?(?: (?:is|are|was|were))?",  # "lymph nodes are seen, none of pathological size"
+    r"no (?:ct |mri? |mr |sonographic |ultrasound |imaging |radiographic )?correlate (?:for|to)",
 ]
 # Negation that holds only right before the mention ("normal heart size", "clear lungs").
 NEGATIVE_ADJACENT = [
@@ -522,6 +525,13 @@ _IN_MODIFIER = re.compile(rf"{_OTHER_MENTION}\s+{_MODIFIERS}\s+{_MODIFIER_WORDS}
 # A structure named as the reference of a comparison says nothing abnormal of it.
 _COMPARATOR = re.compile(
     r"\b(?:than|relative to|compared (?:to|with))\s+(?:that of\s+|those of\s+)?(?:the\s+)?(?:adjacent\s+|normal\s+)?$",
+    re.I,
+)
+# A structure named to say where something else is ("fatty sparing adjacent to the gallbladder fossa",
+# "a mass separate from the left ovary", "poor visualisation of the portal vein walls") is a landmark.
+_LANDMARK = re.compile(
+    r"\b(?:adjacent to|separate from|next to|distinct from|(?:poor|limited|reduced) visuali[sz]ation of)\s+"
+    r"(?:[\w-]+\s+){0,4}$",
     re.I,
 )
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
@@ -935,8 +945,8 @@ class RuleBasedDecomposer(ReportDecomposer):
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
         if status is MentionStatus.POSITIVE and structure:
-            if _COMPARATOR.search(sentence[:start]):  # "the liver lower in attenuation than the spleen"
-                return MentionStatus.NEGATIVE
+            if _COMPARATOR.search(sentence[:start]) or _LANDMARK.search(sentence[:start]):
+                return MentionStatus.NEGATIVE  # "the liver lower in attenuation than the spleen"
             clause = list(masked[clause_start:clause_end])
             for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
                 if other is not entity and clause_start <= other_start and other_end <= clause_end:
@@ -1047,7 +1057,8 @@ class RuleBasedDecomposer(ReportDecomposer):
             or (verdict_may_follow and _NEGATIVE_NEXT.match(listed))
         ):
             return MentionStatus.NEGATIVE
-        if _ALTERNATIVE_AFTER.match(text):  # "a bulla or a loculated pneumothorax", "A, B or C"
+        # "a bulla or a loculated pneumothorax", "A, B or C"; not a place ("in the trachea or main bronchi")
+        if not structure and _ALTERNATIVE_AFTER.match(text):
             return MentionStatus.UNCERTAIN
         return MentionStatus.POSITIVE
 
@@ -1120,8 +1131,13 @@ class RuleBasedDecomposer(ReportDecomposer):
                 named = {m.entity.id for m in read_mentions if not m.described}
                 kept = [i for i, m in enumerate(read_mentions) if not (m.described and m.entity.id in named)]
                 mentions, statuses = [mentions[i] for i in kept], [statuses[i] for i in kept]
-                statuses = _structures_in_context(sentence, mentions, _hedged_evidence(sentence, mentions, statuses))
+                statuses = _restated_in_parentheses(sentence, mentions, statuses)
+                statuses = _structures_in_context(
+                    sentence, mentions, _hedged_evidence(sentence, mentions, statuses), self.ontology.anatomy_of
+                )
                 for (start, end, entity), status in zip(mentions, statuses):
+                    if status is MentionStatus.NOT_MENTIONED:
+                        continue
                     if (
                         entity.level == "anatomy"
                         and status is MentionStatus.NEGATIVE
@@ -1168,17 +1184,37 @@ _EXCEPT_TRAILING = re.compile(rf"^[\w\s-]{{0,30}}?\b{_EXCEPTION}\b", re.I)
 _EXCEPT_LEADING = re.compile(rf"^\s*{_EXCEPTION}\b[^,;]*,", re.I)
 
 
-def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
+def _structures_in_context(
+    sentence: str, mentions, statuses: list[MentionStatus], anatomy_of: Callable[[Entity], Entity | None]
+) -> list[MentionStatus]:
     """A structure heading a structured line ("Aorta: ascending aorta 4.6 cm, aneurysmal.") is
     abnormal when the line reports a finding (present or possible) or says how it is abnormal, and
-    normal when the line calls it normal or reports only absences ("Lungs: No nodules.")."""
+    normal when the line calls it normal or reports only absences ("Lungs: No nodules."). A heading
+    naming several structures ("Lungs/airways:") gives each only the line's findings of its own."""
     heading = _HEADING.match(sentence)
     statuses = list(statuses)
     for i, (start, end, entity) in enumerate(mentions):
-        if heading is None or entity.level != "anatomy" or end < heading.end(1) or start > heading.end(1):
+        if heading is None or entity.level != "anatomy" or start > heading.end(1):
             continue
+        shared = any(m[2].level == "anatomy" and m[2] is not entity and m[1] <= heading.end(1) for m in mentions)
+        if end < heading.end(1) and not shared:
+            continue  # a structure's modifier in a heading of one structure ("Left kidney:")
         line = sentence[heading.end() :]
         others = [status for j, status in enumerate(statuses) if j != i]
+        shared = any(m[2].level == "anatomy" and m[2] is not entity and m[1] <= heading.end(1) for m in mentions)
+        if shared and not _NEGATIVE_POST.match(line.strip()):
+            own = [
+                status
+                for (_, _, other), status in zip(mentions, statuses)
+                if other.level != "anatomy" and (found := anatomy_of(other)) is not None and found.id == entity.id
+            ]
+            if own:
+                statuses[i] = aggregate_status(own)
+            elif MentionStatus.POSITIVE in others or MentionStatus.UNCERTAIN in others:
+                statuses[i] = MentionStatus.NOT_MENTIONED  # the line is about the other structure
+            else:
+                statuses[i] = MentionStatus.NEGATIVE  # "Lungs/airways: clear."
+            continue
         if _NEGATIVE_POST.match(line.strip()):
             statuses[i] = MentionStatus.NEGATIVE
         elif MentionStatus.POSITIVE in others or _abnormal_words(
@@ -1189,6 +1225,21 @@ def _structures_in_context(sentence: str, mentions, statuses: list[MentionStatus
             statuses[i] = MentionStatus.UNCERTAIN
         else:
             statuses[i] = MentionStatus.NEGATIVE
+    return statuses
+
+
+def _restated_in_parentheses(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
+    """A name of the same entity in parentheses right after another restates it ("treatment-related
+    change (pseudoprogression)") and shares its status, which the parenthesis would otherwise cut off."""
+    statuses = list(statuses)
+    for i in range(1, len(mentions)):
+        (_, previous_end, previous), (start, end, entity) = mentions[i - 1], mentions[i]
+        if (
+            entity is previous
+            and re.fullmatch(r"\s*\(\s*", sentence[previous_end:start])
+            and re.match(r"\s*\)", sentence[end:])
+        ):
+            statuses[i] = statuses[i - 1]
     return statuses
 
 
