@@ -100,7 +100,9 @@ ORGAN_LINES = (
     "US ABDOMEN\nClinical: RUQ pain.\nLiver: Normal size and echotexture.\nGallbladder: Multiple mobile gallstones. "
     "No wall thickening.\nComment: Cholelithiasis without cholecystitis."
 )
-UNCOLONED_HEADINGS = "INDICATION\n? PE\n\nFINDINGS\nNo filling defect to suggest pulmonary embolism.\n\nIMPRESSION\nNo PE."
+UNCOLONED_HEADINGS = (
+    "INDICATION\n? PE\n\nFINDINGS\nNo filling defect to suggest pulmonary embolism.\n\nIMPRESSION\nNo PE."
+)
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ def test_a_finding_named_with_its_side_or_lobe_resolves(ontology, phrase, modali
 
 @pytest.mark.parametrize("phrase", ["left lung", "new nodule", "new enhancing lesions"])
 def test_a_part_of_a_structure_or_a_new_finding_does_not_resolve_to_the_whole(ontology, phrase):
-    """"Left lung clear" says nothing of the right lung; "no new nodules" nothing of the old ones."""
+    """ "Left lung clear" says nothing of the right lung; "no new nodules" nothing of the old ones."""
     modality = "brain_mri" if "enhancing" in phrase else "chest_ct"
     with pytest.raises(KeyError):
         ontology.find(phrase, modality)

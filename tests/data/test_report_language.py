@@ -612,23 +612,37 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             {"spleen": "negative", "liver": "positive"},
         ),
         # what a finding is out of proportion to is there
-        ("No hydrocephalus out of proportion to the atrophy.", "brain_mri", {"hydrocephalus": "negative", "cerebral atrophy": "positive"}),
+        (
+            "No hydrocephalus out of proportion to the atrophy.",
+            "brain_mri",
+            {"hydrocephalus": "negative", "cerebral atrophy": "positive"},
+        ),
         # a stone that has passed is gone
-        ("Interval passage of the previously seen right renal calculus.", "abdominal_ct", {"renal calculi": "negative"}),
+        (
+            "Interval passage of the previously seen right renal calculus.",
+            "abdominal_ct",
+            {"renal calculi": "negative"},
+        ),
         # nodes counted and none enlarged (CT-RATE style)
         (
-            "Several subcentimetre lymph nodes are seen in the prevascular and lower paratracheal stations, none of pathological size.",
+            "Several subcentimetre lymph nodes are seen in the prevascular and lower paratracheal stations, "
+            "none of pathological size.",
             "chest_ct",
             {"lymphadenopathy": "negative"},
         ),
         (
-            "No lymph node in pathological size and appearance was detected in the mediastinum and at both hilar levels.",
+            "No lymph node in pathological size and appearance was detected in the mediastinum and at both "
+            "hilar levels.",
             "chest_ct",
             {"lymphadenopathy": "negative"},
         ),
         ("Mediastinal lymph nodes of pathological size are seen.", "chest_ct", {"lymphadenopathy": "positive"}),
         # bare "lymphadenopathy" is the region's: the abdomen's on an abdominal CT, the chest's on a chest CT
-        ("No lymphadenopathy.", "abdominal_ct", {"lymphadenopathy": "negative", "abdominal lymphadenopathy": "negative"}),
+        (
+            "No lymphadenopathy.",
+            "abdominal_ct",
+            {"lymphadenopathy": "negative", "abdominal lymphadenopathy": "negative"},
+        ),
         ("Lymph nodes: No pathologically enlarged nodes.", "abdominal_ct", {"lymphadenopathy": "negative"}),
         ("Bulky lymphadenopathy.", "chest_ct", {"mediastinal lymphadenopathy": "positive"}),
         # a gallbladder well distended for the scan is normal
@@ -641,7 +655,8 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
         # a structure named to place something else is a landmark
         ("Focal fatty sparing adjacent to the gallbladder fossa.", "ultrasound", {"gallbladder": "negative"}),
         (
-            "Increased echogenicity with poor visualization of the diaphragm and portal vein walls, in keeping with steatosis.",
+            "Increased echogenicity with poor visualization of the diaphragm and portal vein walls, in keeping "
+            "with steatosis.",
             "ultrasound",
             {"portal vein": "negative", "hepatic steatosis": "positive"},
         ),
@@ -654,12 +669,20 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "chest_ct",
             {"airways": "not mentioned", "lungs": "positive"},
         ),
-        ("Heart and pericardium: Small pericardial effusion.", "chest_ct", {"heart": "not mentioned", "pericardium": "positive"}),
+        (
+            "Heart and pericardium: Small pericardial effusion.",
+            "chest_ct",
+            {"heart": "not mentioned", "pericardium": "positive"},
+        ),
         ("Lungs/airways: Clear.", "chest_ct", {"airways": "negative", "lungs": "negative"}),
         # places listed with "or" are no alternatives
         ("No obstructive lesion was observed in the trachea or main bronchi.", "chest_ct", {"trachea": "negative"}),
         ("No CT correlate for the opacity described on the radiograph.", "chest_ct", {"lung opacity": "negative"}),
-        ("Dilated pulmonary trunk, pulmonary hypertension possible.", "chest_ct", {"pulmonary hypertension": "uncertain"}),
+        (
+            "Dilated pulmonary trunk, pulmonary hypertension possible.",
+            "chest_ct",
+            {"pulmonary hypertension": "uncertain"},
+        ),
         # a name restated in parentheses keeps the status the parenthesis would cut off
         (
             "Findings may represent treatment-related change (pseudoprogression) versus tumor progression.",
@@ -667,7 +690,8 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             {"pseudoprogression": "uncertain"},
         ),
         (
-            "Enlargement of the lateral and third ventricles with a normal fourth ventricle (obstructive hydrocephalus).",
+            "Enlargement of the lateral and third ventricles with a normal fourth ventricle "
+            "(obstructive hydrocephalus).",
             "brain_mri",
             {"hydrocephalus": "positive"},
         ),

@@ -10,15 +10,15 @@ from __future__ import annotations
 import functools
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from collections.abc import Callable
 from typing import NamedTuple
 
 from ...errors import MedReCoError, UnknownEntityError
 from .ontology import (
-    Entity,
     MODALITY_REGION,
+    Entity,
     Measurement,
     Ontology,
     description_patterns,
@@ -84,14 +84,28 @@ class ReportDecomposer(ABC):
 SECTION_NAMES = {
     "findings": ("findings", "finding", "report", "results?", "description", "observations?"),
     "impression": (
-        "impressions?", "conclusions?", "opinion", "summary", "comments?", "interpretation", "assessment",
-        "diagnosis", "final impression", "impression and recommendations?",
+        "impressions?",
+        "conclusions?",
+        "opinion",
+        "summary",
+        "comments?",
+        "interpretation",
+        "assessment",
+        "diagnosis",
+        "final impression",
+        "impression and recommendations?",
     ),
     "examination": ("examination", "exam", "study", "procedure", "type of (?:exam|examination|study)"),
     "indication": (
-        "indications?", "clinical indications?", "reason for (?:exam|examination|study|referral|request)",
-        "clinical (?:history|information|details|notes|data|question|background)", "clinical", "history",
-        "relevant history", "referral", "request",
+        "indications?",
+        "clinical indications?",
+        "reason for (?:exam|examination|study|referral|request)",
+        "clinical (?:history|information|details|notes|data|question|background)",
+        "clinical",
+        "history",
+        "relevant history",
+        "referral",
+        "request",
     ),
     "technique": ("technique", "protocol", "sequences", "contrast", "dose", "radiation dose", "dlp"),
     "comparison": ("comparisons?", "priors?", "previous (?:studies|study|imaging)"),
@@ -440,7 +454,9 @@ _REMOVED_NEXT = re.compile(r"(?:resection|excision|extirpation)\b(?!\s+(?:cavity
 ABNORMAL_CUE = re.compile(
     r"(?<!non-)(?<!non)\b(?:abnormal\w*|enlarge\w*|thicken\w*|dilat\w+|(?<!well )(?<!well-)distend\w+|distension|"
     r"heterogene\w+|coarse\w*|echogenic|hyperechoic|hypoechoic|irregular\w*|nodular\w*|atroph\w+|shrunken|displaced|deformed|deformity|"
-    r"hyperinflat\w+|hyperexpan\w+|(?<!good )(?<!adequate )(?<!satisfactory )(?<!optimal )(?<!excellent )(?<!diagnostic )opaci\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
+    r"hyperinflat\w+|hyperexpan\w+|edematous|oedematous|inflam\w+|hypoattenuat\w+|hypodens\w+|"
+    # contrast filling a vessel is technique ("adequate opacification of the pulmonary arteries")
+    r"(?<!good )(?<!adequate )(?<!satisfactory )(?<!optimal )(?<!excellent )(?<!diagnostic )opaci\w+|"
     r"hyperdens\w+|hyperintens\w+|hypointens\w+|lesions?|mass(?:es)?|cysts?|stones?|calcul\w+|fluid|collections?|"
     r"prominen\w+|increased|decreased|elevated|effaced|compressed|collaps\w+|infiltrat\w+|hemorrhag\w+|"
     r"haemorrhag\w+|blood|infarct\w*|narrow\w*|tortuous|ectatic|calcifi\w+|thrombos\w+|thrombus|occlu\w+|"
@@ -767,7 +783,9 @@ def _elided_mentions(sentence: str, taken: list[_Mention], matchers: _MatcherSet
         return all(end <= t.start or start >= t.end for t in [*taken, *found])
 
     def names(phrase: str) -> Entity | None:
-        whole = [m for m in RuleBasedDecomposer._mentions(phrase, matchers, "", region, _elided=True) if not m.described]
+        whole = [
+            m for m in RuleBasedDecomposer._mentions(phrase, matchers, "", region, _elided=True) if not m.described
+        ]
         return whole[0].entity if len(whole) == 1 and (whole[0].start, whole[0].end) == (0, len(phrase)) else None
 
     found: list[_Mention] = []

@@ -451,7 +451,10 @@ class Ontology:
         regional = [
             e
             for e in candidates
-            if region and e.context and re.search(e.context, region, re.I) and wanted in (s.lower() for s in e.contextual)
+            if region
+            and e.context
+            and re.search(e.context, region, re.I)
+            and wanted in (s.lower() for s in e.contextual)
         ]
         if len(regional) == 1:
             return regional[0]
