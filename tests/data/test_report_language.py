@@ -695,6 +695,20 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
             "brain_mri",
             {"hydrocephalus": "positive"},
         ),
+        # the examination's name is every sentence's context
+        ("RENAL ULTRASOUND\n\nFINDINGS: No hydronephrosis. No calculi.", "ultrasound", {"renal calculi": "negative"}),
+        (
+            "US THYROID\nFindings: 2.1 cm TR5 nodule in the left lobe.\nImpression: Highly suspicious for malignancy.",
+            "ultrasound",
+            {"thyroid malignancy": "uncertain"},
+        ),
+        # a "no" heading a list negates it all, though its first item is a pseudo-trigger
+        ("No interval growth or new lesion.", "brain_mri", {"new lesion": "negative"}),
+        ("No significant change. New lesion in the left frontal lobe.", "brain_mri", {"new lesion": "positive"}),
+        # two states joined in one predicate
+        ("The aorta is tortuous and calcified.", "chest_xray", {"aortic calcification": "positive"}),
+        ("No CT signs of ischemia or perforation.", "abdominal_ct", {"bowel ischemia": "negative"}),
+        ("Diverticulitis with a contained micro-perforation.", "abdominal_ct", {"perforation": "positive"}),
     ],
 )
 def test_scope_rules(decomposer, text, modality, expected):

@@ -516,6 +516,17 @@ _DIFFERENTIAL_FOR = re.compile(
 )
 
 
+def _mask_pseudo(match: re.Match, start: int, end: int, sentence: str) -> str:
+    """A pseudo-trigger blanked, unless it is part of the mention ("no [enlargement of the spleen]");
+    a "no" heading a list keeps negating the rest of it ("No [interval growth] or new lesion")."""
+    if match.start() < end and start < match.end():
+        return match.group()
+    text = match.group()
+    if re.match(r"no\s", text, re.I) and re.match(r"\s*(?:,|or\b|nor\b)", sentence[match.end() :]):
+        return text[:2] + " " * (len(text) - 2)
+    return " " * len(text)
+
+
 def _mask_differential_subjects(masked: str) -> str:
     """Blank "differential for <subject>" so that only the verb ("includes"), written as the trigger
     "ddx", stands before the listed alternatives."""
@@ -617,6 +628,15 @@ def unheaded_findings(sections: dict[str, str]) -> str:
         if name != "preamble":
             parts.extend(split_sentences(text)[1:])
     return " ".join(part for part in parts if part)
+
+
+def examination_title(sections: dict[str, str]) -> str:
+    """What the examination is ("US RENAL", "CT KUB"): its heading's text or the title line before
+    the first heading; empty for a report without headings (its first line may be a finding)."""
+    if "examination" in sections:
+        return sections["examination"].split("\n")[0].strip()
+    preamble = sections.get("preamble", "").strip()
+    return preamble.split("\n")[0].strip() if preamble else ""
 
 
 def lines_after_headings(sections: dict[str, str]) -> str:
@@ -919,9 +939,7 @@ class RuleBasedDecomposer(ReportDecomposer):
         mentioned anatomical structure reads as normal; `readings`: the mentions with a reading of their
         own (span -> mention: the status a size gives, a normal state, a stated state)."""
         # a pseudo-trigger that is part of the mention is no pseudo-trigger ("no [enlargement of the spleen]")
-        masked = _PSEUDO.sub(
-            lambda m: m.group() if m.start() < end and start < m.end() else " " * len(m.group()), sentence
-        )
+        masked = _PSEUDO.sub(lambda m: _mask_pseudo(m, start, end, sentence), sentence)
         masked = _mask_differential_subjects(masked)
         # the whole sentence is searched: a break's look-ahead may reach into the mention ("after [ureteric
         # stent] placement")
@@ -1134,11 +1152,13 @@ class RuleBasedDecomposer(ReportDecomposer):
         said_normal: set[str] = set()  # structures the report itself calls normal
         said_otherwise: set[str] = set()  # ... or abnormal / possibly abnormal
         otherwise_normal: set[str] = set()  # "the lungs are otherwise clear": normal but for what was named
+        # the examination's name is every sentence's context ("RENAL ULTRASOUND ... No calculi.")
+        title = examination_title(sections)
         for text in read:
             heading = ""
             for sentence in split_sentences(text):
                 heading = _heading(sentence) or heading
-                read_mentions = self._mentions(sentence, matchers, heading, region)
+                read_mentions = self._mentions(sentence, matchers, f"{heading} {title}".strip(), region)
                 mentions = [mention[:3] for mention in read_mentions]
                 readings = {(m.start, m.end): m for m in read_mentions if m.how is not None}
                 statuses = [
@@ -1351,4 +1371,5 @@ __all__ = [
     "split_sentences",
     "unheaded_findings",
     "lines_after_headings",
+    "examination_title",
 ]

@@ -290,7 +290,9 @@ def description_patterns(description: Description, normal: bool = False) -> list
     subject = "|".join(phrase_pattern(s) for s in description.subjects)
     state = "|".join(phrase_pattern(s, plural=False) for s in states)
     return [
-        rf"(?:{subject})(?:\s+{_GAP_WORD}){{0,5}}?(?:\s*:\s*|\s+{_COPULA}\s+|\s+)(?:{_DEGREE}\s+){{0,3}}(?P<state>{state})",
+        # "the aorta is [calcified]", "is tortuous and [calcified]" (a state after another joined to it)
+        rf"(?:{subject})(?:\s+{_GAP_WORD}){{0,5}}?(?:\s*:\s*|\s+{_COPULA}\s+(?:(?!not\b)[\w-]+\s+and\s+)?|\s+)"
+        rf"(?:{_DEGREE}\s+){{0,3}}(?P<state>{state})",
         rf"(?:{state})(?:\s+(?:and\s+)?(?!(?:the|an?|this|that|its)\b){_GAP_WORD}){{0,2}}?\s+(?:{subject})(?!\s+{_OTHER_OBJECT})",
         rf"(?:{state})\s+(?:of|in|involving|within)\s+(?:the\s+|both\s+)?(?:[\w-]+\s+){{0,2}}?(?:{subject})(?!\s+{_OTHER_OBJECT})",
     ]
