@@ -88,6 +88,12 @@ def test_report_phrasings_resolve(ontology, phrase, modality, entity_id):
         # a bare name is the modality's region's where the family is shared
         ("lymphadenopathy", "abdominal_ct", "ct/abnormal/abdominal-lymphadenopathy"),
         ("lymphadenopathy", "chest_ct", "ct/abnormal/lymphadenopathy-within-the-mediastinum@mediastinum"),
+        ("bowel ischemia", "abdominal_ct", "ct/disease/bowel-ischemia"),
+        # names reports use for what the vocabulary has
+        ("mediastinal main vascular structures", "chest_ct", "ct/anatomy/thoracic-arteries"),
+        ("usual interstitial pneumonia pattern", "chest_ct", "ct/disease/interstitial-lung-disease"),
+        ("bony lesions", "chest_ct", "ct/abnormal/bone-lesion@bones"),
+        ("lumbar spine fracture", "abdominal_ct", "ct/abnormal/fracture"),
     ],
 )
 def test_a_finding_named_with_its_side_or_lobe_resolves(ontology, phrase, modality, entity_id):
