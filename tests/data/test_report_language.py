@@ -8,8 +8,12 @@ dev10 were written to the labelling guide in docs/mining.md); `test5.jsonl` was 
 and scored once, then its errors were read in round 9 and it was tuned on (development since);
 `test.jsonl` to `test4.jsonl` and `test6.jsonl` to `test8.jsonl` are held out (never tuned on, their
 errors never read; test8 was scored once, at the end of round 10). `test6_second_annotator.jsonl`
-holds a second writer's statuses for test6's names. See docs/report-language.md for how each set was
-used, and docs/mining.md, "How well it reads real reports"."""
+holds a second writer's statuses for test6's names. Four more sets hold whole reports (headings,
+indication, findings and impression, 60 per set, 12 per family, written as an archive holds them rather
+than to be tricky): `reports_dev.jsonl` and `reports_dev2.jsonl` for development (round 11),
+`reports_test.jsonl` and `reports_test2.jsonl` held out (errors never read, scored at the end of round
+11). See docs/report-language.md for how each set was used, and docs/mining.md, "How well it reads
+real reports"."""
 
 import json
 from pathlib import Path
@@ -33,6 +37,8 @@ DEVELOPMENT = {
     "dev9.jsonl": 370,
     "dev10.jsonl": 370,
     "test5.jsonl": 368,  # held out in round 8, tuned on in round 9
+    "reports_dev.jsonl": 60,  # whole reports
+    "reports_dev2.jsonl": 60,
 }
 HELD_OUT = {
     "test.jsonl": 380,
@@ -42,6 +48,8 @@ HELD_OUT = {
     "test6.jsonl": 376,
     "test7.jsonl": 381,
     "test8.jsonl": 371,
+    "reports_test.jsonl": 60,  # whole reports
+    "reports_test2.jsonl": 60,
 }
 FAMILIES = {"chest_xray", "chest_ct", "abdominal_ct", "brain_mri", "ultrasound"}
 
@@ -75,12 +83,29 @@ def test_the_sets_are_large_and_cover_every_family():
         ("dev9.jsonl", 0.95, 0.965),
         ("dev10.jsonl", 0.95, 0.96),
         ("test5.jsonl", 0.93, 0.94),
+        ("reports_dev.jsonl", 0.97, 0.92),
+        ("reports_dev2.jsonl", 0.975, 0.915),
     ],
 )
 def test_development_sets_read_right(decomposer, name, accuracy, coverage):
     result = score_labelled_reports(decomposer, SETS / name)
     assert result["status_accuracy_resolved"] >= accuracy, result["errors"]
     assert result["vocabulary_coverage"] >= coverage
+
+
+@pytest.mark.parametrize(
+    ("name", "accuracy", "coverage"), [("reports_test.jsonl", 0.97, 0.91), ("reports_test2.jsonl", 0.965, 0.915)]
+)
+def test_whole_held_out_reports_read_at_the_target(decomposer, name, accuracy, coverage):
+    """The issue's target, 95% on unseen real-style reports: two fresh writers' whole reports (60 each,
+    12 per family, as an archive holds them), held out and scored once at the end of round 11: 97.4% and
+    96.7% of the statuses of entities the vocabulary resolves (pooled 97.0%, report-clustered 95%
+    interval [96.1, 97.9]). This guards that figure; README and docs/mining.md give the numbers."""
+    result = score_labelled_reports(decomposer, SETS / name)
+    assert result["labels"] >= 590
+    assert result["status_accuracy_resolved"] >= accuracy
+    assert result["vocabulary_coverage"] >= coverage
+    assert set(result["by_modality"]) == FAMILIES
 
 
 @pytest.mark.parametrize(
@@ -645,6 +670,17 @@ def test_held_out_sets_are_scored_and_do_not_regress(decomposer, name, accuracy,
         ),
         ("Lymph nodes: No pathologically enlarged nodes.", "abdominal_ct", {"lymphadenopathy": "negative"}),
         ("Bulky lymphadenopathy.", "chest_ct", {"mediastinal lymphadenopathy": "positive"}),
+        # a heading's finding of no structure is its first structure's
+        (
+            "Gallbladder and bile ducts: There are 3 calcified gallstones, the largest 15 mm.",
+            "abdominal_ct",
+            {"gallbladder": "positive", "bile ducts": "not mentioned"},
+        ),
+        (
+            "Gallbladder and bile ducts: Unremarkable.",
+            "abdominal_ct",
+            {"gallbladder": "negative", "bile ducts": "negative"},
+        ),
         # a gallbladder well distended for the scan is normal
         (
             "Gallbladder is well distended with no stones, wall thickening or pericholecystic fluid.",

@@ -1246,12 +1246,23 @@ def _structures_in_context(
                 for (_, _, other), status in zip(mentions, statuses)
                 if other.level != "anatomy" and (found := anatomy_of(other)) is not None and found.id == entity.id
             ]
+            placed = {
+                found.id
+                for (_, _, other) in mentions
+                if other.level != "anatomy" and (found := anatomy_of(other)) is not None
+            }
+            first = min(m[0] for m in mentions if m[2].level == "anatomy" and m[1] <= heading.end(1))
             if own:
                 statuses[i] = aggregate_status(own)
-            elif MentionStatus.POSITIVE in others or MentionStatus.UNCERTAIN in others:
+            elif not (MentionStatus.POSITIVE in others or MentionStatus.UNCERTAIN in others):
+                statuses[i] = MentionStatus.NEGATIVE  # "Lungs/airways: clear."
+            elif placed & {m[2].id for m in mentions if m[1] <= heading.end(1)} or start != first:
                 statuses[i] = MentionStatus.NOT_MENTIONED  # the line is about the other structure
             else:
-                statuses[i] = MentionStatus.NEGATIVE  # "Lungs/airways: clear."
+                # findings of no structure ("Gallbladder and bile ducts: gallstones") are the first one's
+                statuses[i] = (
+                    MentionStatus.UNCERTAIN if MentionStatus.POSITIVE not in others else MentionStatus.POSITIVE
+                )
             continue
         if _NEGATIVE_POST.match(line.strip()):
             statuses[i] = MentionStatus.NEGATIVE
