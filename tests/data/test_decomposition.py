@@ -125,12 +125,60 @@ def test_every_department_s_headings_are_read(decomposer, report, modality, term
     assert result.status(decomposer.ontology.find(term, modality).id) is expected, result.mentioned()
 
 
+@pytest.mark.parametrize(
+    "report, modality, term, expected",
+    [
+        # two headings of one section stay apart: a negation does not run into the next one
+        ("IMPRESSION: No pneumothorax\nCOMMENT: Pleural effusion", "chest_xray", "pleural effusion", P),
+        ("FINDINGS: No pneumothorax\nREPORT: Large pleural effusion", "chest_xray", "pleural effusion", P),
+        # a request's own lines, with or without a heading, are not findings
+        (
+            "INDICATION:\nCough.\n?pneumonia, previous pleural effusion.\nIMPRESSION: No pneumothorax.",
+            "chest_xray",
+            "pleural effusion",
+            MentionStatus.NOT_MENTIONED,
+        ),
+        (
+            "CT CHEST\nHistory of breast cancer, known pleural effusion.\nIMPRESSION: No pneumothorax.",
+            "chest_ct",
+            "pleural effusion",
+            MentionStatus.NOT_MENTIONED,
+        ),
+        # findings written before the impression, under no heading, are read
+        (
+            "The lungs are clear. No effusion.\nImpression: Normal chest.",
+            "chest_xray",
+            "pleural effusion",
+            MentionStatus.NEGATIVE,
+        ),
+        # a broad word is a heading only with its colon; "Diagnosis" is none
+        ("Pleural effusion is present.\nSummary\nsmall.", "chest_xray", "pleural effusion", P),
+        ("Diagnosis: pneumonia\nFindings: clear lungs.", "chest_xray", "pneumonia", MentionStatus.NOT_MENTIONED),
+        # Windows line endings
+        ("FINDINGS:\r\nNo pneumothorax.\r\nIMPRESSION\r\nPleural effusion.", "chest_xray", "pleural effusion", P),
+    ],
+)
+def test_sections_are_kept_apart_and_requests_are_not_read(decomposer, report, modality, term, expected):
+    result = decomposer.decompose(report, modality)
+    assert result.status(decomposer.ontology.find(term, modality).id) is expected, result.mentioned()
+
+
+def test_a_statement_keeps_the_report_s_words(decomposer):
+    """A hyphenated list is read as a list, and the statement quotes the report as written."""
+    result = decomposer.decompose("Pericardial effusion-thickening was not observed.", "chest_ct")
+    effusion = result.statements[decomposer.ontology.find("pericardial effusion", "chest_ct").id]
+    assert effusion.status is MentionStatus.NEGATIVE
+    assert effusion.sentences == ["Pericardial effusion-thickening was not observed."]
+
+
 def test_section_names():
     assert split_sections(UK_CHEST_FILM).keys() == {"preamble", "indication", "findings", "impression"}
     assert split_sections(UNCOLONED_HEADINGS).keys() == {"preamble", "indication", "findings", "impression"}
     assert section_name("Clinical details") == "indication" and section_name("OPINION") == "impression"
     # a line that only begins with a heading's word is no heading
     assert "findings" not in split_sections("Findings are stable since the prior study.")
+    with pytest.raises(ValueError, match="not a section heading"):
+        section_name("Liver")
 
 
 def test_empty_report(decomposer):

@@ -91,7 +91,6 @@ SECTION_NAMES = {
         "comments?",
         "interpretation",
         "assessment",
-        "diagnosis",
         "final impression",
         "impression and recommendations?",
     ),
@@ -111,12 +110,25 @@ SECTION_NAMES = {
     "comparison": ("comparisons?", "priors?", "previous (?:studies|study|imaging)"),
     "recommendation": ("recommendations?", "advice", "follow-up"),
 }
+# The headings that also stand alone on a line, without a colon ("FINDINGS", "Impression"); a broad
+# word ("Summary", "Report", "Contrast") is a heading only with its colon.
+STANDALONE_SECTION_NAMES = (
+    "findings",
+    "impressions?",
+    "conclusions?",
+    "indications?",
+    "history",
+    "clinical history",
+    "technique",
+    "comparisons?",
+    "examination",
+)
 _SECTION_OF = [(re.compile(rf"(?:{'|'.join(words)})$", re.I), name) for name, words in SECTION_NAMES.items()]
 _ANY_SECTION = "|".join(word for words in SECTION_NAMES.values() for word in words)
 # A heading starts a line and ends with a colon ("FINDINGS:", "Clinical details:"), or stands alone
 # on its line in capitals or title case ("IMPRESSION", "Findings").
 SECTION_HEADER = re.compile(
-    rf"^[ \t]*((?i:{_ANY_SECTION}))[ \t]*:|^[ \t]*((?i:{_ANY_SECTION}))[ \t]*(?=\n|$)",
+    rf"^[ \t]*((?i:{_ANY_SECTION}))[ \t]*:|^[ \t]*((?i:{'|'.join(STANDALONE_SECTION_NAMES)}))[ \t]*(?=\n|$)",
     re.MULTILINE,
 )
 READ_SECTIONS = ("findings", "impression")
@@ -382,7 +394,7 @@ NEGATIVE_PRE = [
     r"instead of",
     r"removal of",
     r"interval removal of",
-    r"(?:interval |spontaneous )?passage of",  # "interval passage of the previously seen calculus"
+    r"(?:interval|spontaneous|presumed|apparent) passage of",  # "interval passage of the previously seen calculus"
     r"(?<=, )none(?: of them)?(?: (?:is|are|was|were))?",  # "lymph nodes are seen, none of pathological size"
     r"no (?:ct |mri? |mr |sonographic |ultrasound |imaging |radiographic )?correlate (?:for|to)",
 ]
@@ -555,12 +567,15 @@ _COMPARATOR = re.compile(
     re.I,
 )
 # A structure named to say where something else is ("fatty sparing adjacent to the gallbladder fossa",
-# "a mass separate from the left ovary", "poor visualisation of the portal vein walls") is a landmark.
+# "a mass separate from the left ovary") or that it was not well seen ("poor visualisation of the
+# portal vein walls") is a landmark: the sentence says nothing of its state.
 _LANDMARK = re.compile(
     r"\b(?:adjacent to|separate from|next to|distinct from|(?:poor|limited|reduced) visuali[sz]ation of)\s+"
-    r"(?:[\w-]+\s+){0,4}$",
+    r"(?P<gap>(?:[\w-]+\s+){0,4})$",
     re.I,
 )
+# A structure named as a place: "(lesion) in the trachea or main bronchi".
+_PLACE_BEFORE = re.compile(r"\b(?:in|of|at|within|into|from|along|involving|throughout)\s+(?:the\s+|both\s+)?$", re.I)
 # A finding named as where a negated one would be: "no enhancing component within the renal cyst".
 _WHERE_THE_OTHER_IS = re.compile(
     rf"\b(?:no|without)\s+(?:(?:(?:[\w-]+|{_OTHER_MENTION})\s+){{0,8}}{_OTHER_MENTION}[^{_OTHER_MENTION}]{{0,40}}?\b(?:within|inside|in|of)|"
@@ -586,14 +601,17 @@ _NEW_DESCRIPTION = re.compile(r",\s+(?=(?:the|a|an|there|with|otherwise|and the|
 # Two findings joined by a hyphen, as translated reports write them ("pericardial effusion-thickening",
 # "lytic-destructive lesion"): read as "effusion/thickening", a list, as long as the original.
 _HYPHENATED_LIST = re.compile(
-    r"\b(effusion|thickening|lytic|destructive|sclerotic|blastic|infiltrative|consolidation|atelectasis|mass|nodule)-"
-    r"(thickening|effusion|destructive|lytic|sclerotic|infiltrative|consolidation|atelectasis|mass|nodule|lesion)\b",
+    r"\b(effusion|thickening|consolidation|atelectasis|lytic)-(thickening|effusion|atelectasis|consolidation|destructive)\b",
     re.I,
 )
 
 
 def split_sections(report: str) -> dict[str, str]:
-    """Sections by header ("FINDINGS:", "Impressions:" ...); text before any header is "preamble"."""
+    """Sections by heading, under the name of the section each heading names (`section_name`: "Report:"
+    is "findings", "Opinion:" and "Conclusion:" are "impression", "Clinical details:" is "indication");
+    text before any heading is "preamble", a report without headings is "body". Two headings of one
+    section are one section, their texts a paragraph apart."""
+    report = report.replace("\r\n", "\n").replace("\r", "\n")
     matches = [m for m in SECTION_HEADER.finditer(report) if m.group(1) or _standalone_heading(m.group(2))]
     if not matches:
         return {"body": report.strip()}
@@ -601,14 +619,17 @@ def split_sections(report: str) -> dict[str, str]:
     for match, following in zip(matches, [*matches[1:], None]):
         name = section_name(match.group(1) or match.group(2))
         text = report[match.end() : following.start() if following else len(report)].strip()
-        sections[name] = (sections.get(name, "") + " " + text).strip()
+        sections[name] = (sections.get(name, "") + "\n\n" + text).strip()
     return sections
 
 
 def section_name(heading: str) -> str:
-    """The section a heading names ("Clinical details" -> "indication", "Opinion" -> "impression")."""
-    words = " ".join(heading.split())
-    return next(name for pattern, name in _SECTION_OF if pattern.match(words))
+    """The section a heading names ("Clinical details" -> "indication", "Opinion" -> "impression");
+    `ValueError` for a word that names none."""
+    name = next((name for pattern, name in _SECTION_OF if pattern.match(heading.strip())), None)
+    if name is None:
+        raise ValueError(f"{heading!r} is not a section heading")
+    return name
 
 
 def _standalone_heading(words: str) -> bool:
@@ -639,15 +660,30 @@ def examination_title(sections: dict[str, str]) -> str:
     return preamble.split("\n")[0].strip() if preamble else ""
 
 
-def lines_after_headings(sections: dict[str, str]) -> str:
-    """Findings written under no heading of their own in a report that has an impression: the lines
-    after the first line of a title or a context section ("Clinical: RUQ pain.\nLiver: normal.\n
-    Gallbladder: gallstones.\nComment: cholelithiasis." reads the organ lines)."""
+def unheaded_findings_beside_an_impression(sections: dict[str, str]) -> str:
+    """Findings written under no heading of their own in a report that has an impression but no
+    findings heading: a preamble that starts with a sentence rather than a title; the paragraphs after
+    the first of the preamble or of a request, technique or comparison section ("Clinical: pre-op.\n\n
+    The heart is not enlarged."); organ lines in a first paragraph ("Clinical: RUQ pain.\nLiver:
+    normal.\nGallbladder: gallstones."). A request's own lines ("History: 60F.\nKnown pleural
+    effusion.", "CT CHEST\nHistory of breast cancer.") and recommendations are not read."""
     parts = []
     for name, text in sections.items():
-        if name not in READ_SECTIONS:
-            parts.extend(line.strip() for line in text.splitlines()[1:] if line.strip())
-    return "\n".join(parts)
+        if name in READ_SECTIONS or name == "recommendation" or not text:
+            continue
+        first, *rest = re.split(r"\n\s*\n", text)
+        lines = first.split("\n")
+        if name == "preamble" and not _is_title(lines[0]):
+            parts.append(first)  # findings written before the impression ("The lungs are clear.\nImpression:")
+        else:
+            parts.extend(line for line in lines[1:] if _HEADING.match(line.strip()))
+        parts.extend(rest)
+    return "\n\n".join(part.strip() for part in parts if part.strip())
+
+
+def _is_title(line: str) -> bool:
+    """A title line ("CXR PA", "CT pulmonary angiogram"), not a sentence ("The lungs are clear.")."""
+    return not line.strip().endswith(".")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -795,6 +831,80 @@ _SHARED_HEAD = re.compile(r"\b([a-z]{4,})(?:\s*,\s*|\s*/\s*|\s+(?:and/or|or|and)
 _NOT_A_MODIFIER = {"with", "without", "there", "which", "that", "this", "these", "those", "both", "either", "neither"}
 
 
+def _matched_mentions(sentence: str, matcher_set: _MatcherSet, heading: str = "", region: str = "") -> list[_Mention]:
+    """The mentions the vocabulary's phrasings, descriptions and measurements match in a sentence:
+    longest first, then phrasings that need their context (the sentence, the `heading`, the report's
+    `region`), then the more specific entity; no overlaps."""
+    candidates: list[tuple[_Mention, bool]] = []  # each with whether its phrasing needs no context
+    covered = []
+    for matcher in matcher_set.relevant(sentence):
+        context = matcher.context
+        if context is not None and not (
+            context.search(sentence) or (heading and context.search(heading)) or (region and context.search(region))
+        ):
+            continue
+        has_state = "state" in matcher.pattern.groupindex
+        described = has_state or matcher.measurement is not None
+        for match in matcher.pattern.finditer(sentence):
+            how: MentionStatus | str | None = _INVERTED if matcher.normal else None
+            if how is None and has_state and match.group("state"):
+                how = _PREDICATE
+            if matcher.measurement is not None:
+                verdict = matcher.measurement.verdict(measured_sizes(match.group("size"), match.group("unit")))
+                if verdict is None:
+                    continue  # between the limits: the size alone says nothing
+                if verdict and _SIZE_CALLED_NORMAL.match(sentence, match.end("size")):
+                    verdict = False  # "CBD 8 mm, within expected limits after cholecystectomy"
+                how = MentionStatus.POSITIVE if verdict else MentionStatus.NEGATIVE
+            if has_state and match.group("state"):
+                start, end = match.span("state")
+                # the subject is the state's: no second mention of the finding at it ("CBD [not dilated]")
+                covered.append((match.start(), start, matcher.entity))
+            else:
+                start, end = match.span()
+            if end > start:
+                mention = _Mention(start, end, matcher.entity, how, described, min(start, match.start()))
+                candidates.append((mention, context is None))
+    candidates = [
+        (m, free)
+        for m, free in candidates
+        if not any(m.entity is e and m.start < e_end and s < m.end for s, e_end, e in covered)
+    ]
+    candidates.sort(
+        key=lambda c: (
+            -(c[0].end - c[0].start),
+            c[0].how is None,
+            c[1],
+            _LEVEL_PRIORITY[c[0].entity.level],
+            c[0].start,
+        )
+    )
+    taken: list[_Mention] = []
+    for mention in (m for m, _ in candidates if not m.described):
+        if all(mention.end <= t.start or mention.start >= t.end for t in taken):
+            taken.append(mention)
+    # a name that is also a measured subject is read by its size ("CTR 0.44", "spleen 11.5 cm")
+    for mention in (m for m, _ in candidates if isinstance(m.how, MentionStatus)):
+        taken = [
+            mention if (t.start, t.end, t.entity) == (mention.start, mention.end, mention.entity) else t for t in taken
+        ]
+    # Descriptions come after names: they may hold other entities' names ("enlargement of the [spleen]")
+    # and share their span with another description ("the liver and spleen are [enlarged]"),
+    # but never cut into a name.
+    for mention in (m for m, _ in candidates if m.described):
+        overlapping = [t for t in taken if not (mention.end <= t.start or mention.start >= t.end)]
+        if all(
+            t.entity is not mention.entity
+            and (
+                (mention.start <= t.start and t.end <= mention.end and not t.described)
+                or (t.described and (t.start, t.end) == (mention.start, mention.end))
+            )
+            for t in overlapping
+        ):
+            taken.append(mention)
+    return sorted(taken, key=lambda m: m.start)
+
+
 def _elided_mentions(sentence: str, taken: list[_Mention], matchers: _MatcherSet, region: str) -> list[_Mention]:
     """Names a coordination shortens: the word that shares a named finding's modifier or head is a
     mention of the entity the full phrase names ("No pericardial effusion or thickening")."""
@@ -803,9 +913,7 @@ def _elided_mentions(sentence: str, taken: list[_Mention], matchers: _MatcherSet
         return all(end <= t.start or start >= t.end for t in [*taken, *found])
 
     def names(phrase: str) -> Entity | None:
-        whole = [
-            m for m in RuleBasedDecomposer._mentions(phrase, matchers, "", region, _elided=True) if not m.described
-        ]
+        whole = [m for m in _matched_mentions(phrase, matchers, "", region) if not m.described]
         return whole[0].entity if len(whole) == 1 and (whole[0].start, whole[0].end) == (0, len(phrase)) else None
 
     found: list[_Mention] = []
@@ -847,83 +955,13 @@ class RuleBasedDecomposer(ReportDecomposer):
 
     @staticmethod
     def _mentions(
-        sentence: str, entities: list[Entity] | _MatcherSet, heading: str = "", region: str = "", _elided: bool = False
+        sentence: str, entities: list[Entity] | _MatcherSet, heading: str = "", region: str = ""
     ) -> list[_Mention]:
         """`find_mentions`, each with how to read it and whether it is a description. `region`: the body
-        region the report is about (`MODALITY_REGION`), a context for every sentence; `_elided`: the
-        call checks an elided name, whose own elisions are not sought."""
+        region the report is about (`MODALITY_REGION`), a context for every sentence."""
         matcher_set = entities if isinstance(entities, _MatcherSet) else _compiled_matchers(tuple(entities))
-        candidates: list[tuple[_Mention, bool]] = []  # each with whether its phrasing needs no context
-        covered = []
-        for matcher in matcher_set.relevant(sentence):
-            context = matcher.context
-            if context is not None and not (
-                context.search(sentence) or (heading and context.search(heading)) or (region and context.search(region))
-            ):
-                continue
-            has_state = "state" in matcher.pattern.groupindex
-            described = has_state or matcher.measurement is not None
-            for match in matcher.pattern.finditer(sentence):
-                how: MentionStatus | str | None = _INVERTED if matcher.normal else None
-                if how is None and has_state and match.group("state"):
-                    how = _PREDICATE
-                if matcher.measurement is not None:
-                    verdict = matcher.measurement.verdict(measured_sizes(match.group("size"), match.group("unit")))
-                    if verdict is None:
-                        continue  # between the limits: the size alone says nothing
-                    if verdict and _SIZE_CALLED_NORMAL.match(sentence, match.end("size")):
-                        verdict = False  # "CBD 8 mm, within expected limits after cholecystectomy"
-                    how = MentionStatus.POSITIVE if verdict else MentionStatus.NEGATIVE
-                if has_state and match.group("state"):
-                    start, end = match.span("state")
-                    # the subject is the state's: no second mention of the finding at it ("CBD [not dilated]")
-                    covered.append((match.start(), start, matcher.entity))
-                else:
-                    start, end = match.span()
-                if end > start:
-                    mention = _Mention(start, end, matcher.entity, how, described, min(start, match.start()))
-                    candidates.append((mention, context is None))
-        candidates = [
-            (m, free)
-            for m, free in candidates
-            if not any(m.entity is e and m.start < e_end and s < m.end for s, e_end, e in covered)
-        ]
-        candidates.sort(
-            key=lambda c: (
-                -(c[0].end - c[0].start),
-                c[0].how is None,
-                c[1],
-                _LEVEL_PRIORITY[c[0].entity.level],
-                c[0].start,
-            )
-        )
-        taken: list[_Mention] = []
-        for mention in (m for m, _ in candidates if not m.described):
-            if all(mention.end <= t.start or mention.start >= t.end for t in taken):
-                taken.append(mention)
-        # a name that is also a measured subject is read by its size ("CTR 0.44", "spleen 11.5 cm")
-        for mention in (m for m, _ in candidates if isinstance(m.how, MentionStatus)):
-            taken = [
-                mention if (t.start, t.end, t.entity) == (mention.start, mention.end, mention.entity) else t
-                for t in taken
-            ]
-        # Descriptions come after names: they may hold other entities' names ("enlargement of the [spleen]")
-        # and share their span with another description ("the liver and spleen are [enlarged]"),
-        # but never cut into a name.
-        for mention in (m for m, _ in candidates if m.described):
-            overlapping = [t for t in taken if not (mention.end <= t.start or mention.start >= t.end)]
-            if all(
-                t.entity is not mention.entity
-                and (
-                    (mention.start <= t.start and t.end <= mention.end and not t.described)
-                    or (t.described and (t.start, t.end) == (mention.start, mention.end))
-                )
-                for t in overlapping
-            ):
-                taken.append(mention)
-        if not _elided:
-            taken.extend(_elided_mentions(sentence, taken, matcher_set, region))
-        return sorted(taken, key=lambda m: m.start)
+        taken = _matched_mentions(sentence, matcher_set, heading, region)
+        return sorted([*taken, *_elided_mentions(sentence, taken, matcher_set, region)], key=lambda m: m.start)
 
     def mention_status(
         self,
@@ -976,13 +1014,21 @@ class RuleBasedDecomposer(ReportDecomposer):
             in_modifier = entity is not None and not structure and _IN_MODIFIER.search(before + " ")
             # a normal state is the predicate itself: what follows it is about other things
             stated = in_modifier or _how(readings, (start, end)) == _INVERTED
-            status = MentionStatus.POSITIVE if stated else self._post_status(masked, end, clause_end, marks, structure)
+            placed = structure and _PLACE_BEFORE.search(masked[clause_start:start]) is not None
+            status = (
+                MentionStatus.POSITIVE
+                if stated
+                else self._post_status(masked, end, clause_end, marks, structure, placed)
+            )
         alternative = _ALTERNATIVE_BEFORE.search(before + " ")  # "either a bulla or a pneumothorax"
         if status is MentionStatus.POSITIVE and entity is not None and entity.level != "anatomy" and alternative:
             return MentionStatus.UNCERTAIN
         if status is MentionStatus.POSITIVE and structure:
-            if _COMPARATOR.search(sentence[:start]) or _LANDMARK.search(sentence[:start]):
-                return MentionStatus.NEGATIVE  # "the liver lower in attenuation than the spleen"
+            if _COMPARATOR.search(sentence[:start]):  # "the liver lower in attenuation than the spleen"
+                return MentionStatus.NEGATIVE
+            landmark = _LANDMARK.search(sentence[:start])
+            if landmark and not _abnormal_words(landmark.group("gap")):  # not "adjacent to the thickened GB"
+                return MentionStatus.NOT_MENTIONED
             clause = list(masked[clause_start:clause_end])
             for other_start, other_end, other in mentions:  # a negated finding's words say nothing here
                 if other is not entity and clause_start <= other_start and other_end <= clause_end:
@@ -1045,9 +1091,12 @@ class RuleBasedDecomposer(ReportDecomposer):
         return " ".join(words)
 
     @staticmethod
-    def _post_status(masked: str, end: int, clause_end: int, mentions, structure: bool = False) -> MentionStatus:
+    def _post_status(
+        masked: str, end: int, clause_end: int, mentions, structure: bool = False, placed: bool = False
+    ) -> MentionStatus:
         """The status post-triggers give: those right after the mention, or after the rest of a list
-        the mention starts ("effusion or pneumothorax is not seen")."""
+        the mention starts ("effusion or pneumothorax is not seen"). `placed`: a structure named as a
+        place ("in the trachea or main bronchi"), whose "or" lists places, not alternatives."""
         text = masked[end:clause_end]
         if _MAYBE_NOT_THERE.match(text):
             return MentionStatus.UNCERTAIN
@@ -1093,8 +1142,8 @@ class RuleBasedDecomposer(ReportDecomposer):
             or (verdict_may_follow and _NEGATIVE_NEXT.match(listed))
         ):
             return MentionStatus.NEGATIVE
-        # "a bulla or a loculated pneumothorax", "A, B or C"; not a place ("in the trachea or main bronchi")
-        if not structure and _ALTERNATIVE_AFTER.match(text):
+        # "a bulla or a loculated pneumothorax", "A, B or C"; not places ("in the trachea or main bronchi")
+        if not placed and _ALTERNATIVE_AFTER.match(text):
             return MentionStatus.UNCERTAIN
         return MentionStatus.POSITIVE
 
@@ -1141,11 +1190,11 @@ class RuleBasedDecomposer(ReportDecomposer):
         # is not read as a pleural effusion), then only the requested entities are reported
         matching = list({e.id: e for e in [*family_entities, *entities]}.values())
         matchers = _compiled_matchers(tuple(matching))
-        sections = split_sections(_HYPHENATED_LIST.sub(r"\1/\2", report))
+        sections = split_sections(report)
         region = MODALITY_REGION.get(modality, "")
         read = [sections[name] for name in READ_SECTIONS if name in sections] or [unheaded_findings(sections)]
         if "findings" not in sections and "impression" in sections:
-            read.insert(0, lines_after_headings(sections))
+            read.insert(0, unheaded_findings_beside_an_impression(sections))
         statements = {e.id: EntityStatement(e.id) for e in entities}
         by_id = {e.id: e for e in entities}
         found: dict[str, list[MentionStatus]] = {}
@@ -1156,7 +1205,8 @@ class RuleBasedDecomposer(ReportDecomposer):
         title = examination_title(sections)
         for text in read:
             heading = ""
-            for sentence in split_sentences(text):
+            for written in split_sentences(text):
+                sentence = _HYPHENATED_LIST.sub(r"\1/\2", written)  # read as a list; the statement keeps the text
                 heading = _heading(sentence) or heading
                 read_mentions = self._mentions(sentence, matchers, f"{heading} {title}".strip(), region)
                 mentions = [mention[:3] for mention in read_mentions]
@@ -1192,8 +1242,8 @@ class RuleBasedDecomposer(ReportDecomposer):
                         (said_normal if status is MentionStatus.NEGATIVE else said_otherwise).add(entity.id)
                     for target in (t for t in targets if t in by_id):
                         found.setdefault(target, []).append(status)
-                        if sentence not in statements[target].sentences:
-                            statements[target].sentences.append(sentence)
+                        if written not in statements[target].sentences:
+                            statements[target].sentences.append(written)
         for entity_id, statuses in found.items():
             status = aggregate_status(statuses)
             # "Mediastinum: normal. Hila: prominent, possibly adenopathy": a possibility in a structure
@@ -1223,7 +1273,10 @@ _EXCEPT_LEADING = re.compile(rf"^\s*{_EXCEPTION}\b[^,;]*,", re.I)
 
 
 def _structures_in_context(
-    sentence: str, mentions, statuses: list[MentionStatus], anatomy_of: Callable[[Entity], Entity | None]
+    sentence: str,
+    mentions: list[tuple[int, int, Entity]],
+    statuses: list[MentionStatus],
+    anatomy_of: Callable[[Entity], Entity | None],
 ) -> list[MentionStatus]:
     """A structure heading a structured line ("Aorta: ascending aorta 4.6 cm, aneurysmal.") is
     abnormal when the line reports a finding (present or possible) or says how it is abnormal, and
@@ -1239,7 +1292,6 @@ def _structures_in_context(
             continue  # a structure's modifier in a heading of one structure ("Left kidney:")
         line = sentence[heading.end() :]
         others = [status for j, status in enumerate(statuses) if j != i]
-        shared = any(m[2].level == "anatomy" and m[2] is not entity and m[1] <= heading.end(1) for m in mentions)
         if shared and not _NEGATIVE_POST.match(line.strip()):
             own = [
                 status
@@ -1277,7 +1329,9 @@ def _structures_in_context(
     return statuses
 
 
-def _restated_in_parentheses(sentence: str, mentions, statuses: list[MentionStatus]) -> list[MentionStatus]:
+def _restated_in_parentheses(
+    sentence: str, mentions: list[tuple[int, int, Entity]], statuses: list[MentionStatus]
+) -> list[MentionStatus]:
     """A name of the same entity in parentheses right after another restates it ("treatment-related
     change (pseudoprogression)") and shares its status, which the parenthesis would otherwise cut off."""
     statuses = list(statuses)
@@ -1381,6 +1435,6 @@ __all__ = [
     "split_sections",
     "split_sentences",
     "unheaded_findings",
-    "lines_after_headings",
+    "unheaded_findings_beside_an_impression",
     "examination_title",
 ]

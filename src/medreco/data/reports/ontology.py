@@ -324,7 +324,8 @@ def measured_sizes(size: str, unit: str | None) -> list[float]:
 # Words that place a finding without changing what it is: sides, lobes, zones, ribs. ("New" is not
 # one: "no new nodules" says nothing of the old.)
 _QUALIFIERS = re.compile(
-    r"^(?:(?:left|right|bilateral|both|left-sided|right-sided|ipsilateral|contralateral|"
+    r"^(?:(?:(?:left|right)(?!\s+(?:ventric|atri|heart|cardiac|coronary|main|hemi|sided))|bilateral|both|"
+    r"left-sided|right-sided|ipsilateral|contralateral|"
     r"(?:upper|middle|mid|lower)(?: lobe| zone)?|lingular|basilar|bibasilar|basal|apical|biapical|"
     r"\d+(?:st|nd|rd|th)(?:\s*(?:-|to|and)\s*\d+(?:st|nd|rd|th))?)\s+)+",
     re.I,
@@ -440,7 +441,9 @@ class Ontology:
 
     def find(self, text: str, modality: str | None = None) -> Entity:
         """An entity by id, name, term or synonym (case-insensitive), within a modality if given; else
-        by a contextual phrasing only one entity has."""
+        by a phrasing that names an entity in the modality's region (`MODALITY_REGION`: "lymphadenopathy"
+        on abdominal CT), a synonym, word form or pattern, a contextual phrasing only one entity has, or
+        the name of a finding without its side or lobe ("left hydronephrosis"). `KeyError` if none."""
         wanted = text.strip().lower()
         wanted_term = re.sub(r"\s*\([^)]*\)", "", wanted).strip()  # "X (e.g., ...)" -> "X"
         candidates = self.entities(modality)
