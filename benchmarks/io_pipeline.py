@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from medreco.data.phantom.dicom import DicomIdentity, write_ct_series
 from medreco.data.phantom.findings import FINDING_TYPES, sample_finding
 from medreco.data.phantom.render import Anatomy, Grid, render_thorax_hu
 from medreco.processing import MedReCoImageProcessor
-from medreco.processing.writers import DicomIdentity, write_ct_series
 
 
 def write_study(folder: Path, slices: int) -> None:

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from medreco.data.mining.benchmark import score_change_labels, score_decomposition
+from medreco.data.mining.scoring import score_change_labels, score_decomposition
 from medreco.data.phantom import PhantomConfig, generate_cohort
 from medreco.data.reports.decomposition import RuleBasedDecomposer
 

@@ -8,7 +8,7 @@ import numpy as np
 import pydicom
 from pydicom.uid import generate_uid
 
-from medreco.processing.writers import DicomIdentity, canonical_affine, write_ct_series, write_nifti
+from medreco.data.phantom.dicom import DicomIdentity, canonical_affine, write_ct_series, write_nifti
 
 FAKE_IDENTITY = dict(
     patient_name="Zebedee^Quixote",

@@ -14,7 +14,7 @@ PACKAGE = Path(medreco.__file__).parent
 
 # From the bottom up. A module may import its own layer and the layers below it.
 LAYERS = [
-    {"errors", "atomic", "deprecation"},
+    {"errors", "atomic"},
     {"modeling"},
     {"processing", "factory", "hub"},
     {"data"},
@@ -67,22 +67,10 @@ def layer(module: str) -> int:
     return next(i for i, rooms in enumerate(LAYERS) if room(module) in rooms)
 
 
-# Old paths kept for one release (their docstrings say so): aliases of the new modules, outside the layers.
-DEPRECATED = {
-    module_name(path)
-    for path in PACKAGE.rglob("*.py")
-    if (ast.get_docstring(ast.parse(path.read_text())) or "").startswith("Deprecated path")
-}
-
-
-def is_deprecated(module: str) -> bool:
-    return any(module == old or module.startswith(f"{old}.") for old in DEPRECATED)
-
-
 GRAPH = {
     module_name(path): imported_modules(path)
     for path in sorted(PACKAGE.rglob("*.py"))
-    if module_name(path) and not is_deprecated(module_name(path))
+    if module_name(path)
 }
 
 
@@ -98,10 +86,9 @@ def test_every_module_belongs_to_a_layer():
 
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
-def test_no_module_imports_a_higher_layer_or_an_old_path(module):
+def test_no_module_imports_a_higher_layer(module):
     upward = sorted(m for m in GRAPH[module] if layer(m) > layer(module))
-    old = sorted(m for m in GRAPH[module] if is_deprecated(m))
-    assert upward == [] and old == [], f"{module} imports {upward or old}"
+    assert upward == [], f"{module} imports {upward}"
 
 
 def test_modeling_imports_nothing_outside_itself():
@@ -132,7 +119,33 @@ def test_training_and_evaluation_never_import_each_other():
 
 
 def test_processing_imports_nothing_above_it():
-    allowed = {"processing", "modeling", "errors", "atomic", "deprecation"}
+    allowed = {"processing", "modeling", "errors", "atomic"}
     for module, imports in GRAPH.items():
         if room(module) == "processing":
             assert {room(m) for m in imports} <= allowed, module
+
+
+# Inside `data/`, from the bottom up: reading reports, then the synthetic cohort (which writes reports
+# in the vocabulary), then mining (which reads both); public datasets' readers stand beside mining.
+DATA_LAYERS = [{"reports"}, {"phantom"}, {"mining", "public_datasets"}]
+
+
+def data_layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "data" or len(parts) < 2:
+        return None
+    return next((i for i, rooms in enumerate(DATA_LAYERS) if parts[1] in rooms), None)
+
+
+def test_data_rooms_import_only_their_own_level_and_below():
+    """No folder-scale loop in `data/`: reports never import the cohort or mining, the cohort never mining."""
+    for module, imports in GRAPH.items():
+        level = data_layer(module)
+        if level is not None:
+            upward = sorted(m for m in imports if (data_layer(m) or 0) > level)
+            assert upward == [], f"{module} imports {upward}"
+
+
+def test_the_data_layers_name_every_data_room():
+    rooms = {m.split(".")[1] for m in GRAPH if m.startswith("data.") and m.count(".") >= 1}
+    assert rooms <= set().union(*DATA_LAYERS), rooms - set().union(*DATA_LAYERS)

@@ -427,7 +427,7 @@ def _score_reports_arguments(parser: argparse.ArgumentParser) -> None:
 def _score_reports(args: argparse.Namespace) -> int:
     """How well a decomposer reads your own hand-labelled reports: mention-status accuracy overall,
     per modality and per kind, vocabulary coverage, and the errors."""
-    from .data.mining.benchmark import score_labelled_reports
+    from .data.mining.scoring import score_labelled_reports
     from .data.reports.decomposition import RuleBasedDecomposer
     from .data.reports.llm import LLMDecomposer
     from .data.reports.ontology import Ontology
@@ -490,19 +490,20 @@ def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _manifest(args: argparse.Namespace) -> int:
     """A mining manifest from a public dataset's own layout, with its official split."""
-    from .data import adapters
+    from .data import public_datasets
 
     if args.dataset == "mimic-cxr":
         if args.reports or args.headers_fixed:
             raise ValueError("--reports and --headers-fixed are CT-RATE options")
         if args.metadata and len(args.metadata) > 1:
             raise ValueError("mimic-cxr takes one --metadata file (mimic-cxr-2.0.0-metadata.csv)")
-        rows = adapters.mimic_cxr(args.root, args.metadata[0] if args.metadata else None, split_csv=args.split_csv)
+        metadata = args.metadata[0] if args.metadata else None
+        rows = public_datasets.mimic_cxr(args.root, metadata, split_csv=args.split_csv)
     else:
         if args.split_csv:
             raise ValueError("--split-csv is a MIMIC-CXR option (CT-RATE's split is its train/valid folders)")
-        rows = adapters.ct_rate(args.root, args.reports, args.metadata, headers_fixed=args.headers_fixed)
-    print(f"{adapters.write_manifest(rows, args.out)} studies written to {args.out}")
+        rows = public_datasets.ct_rate(args.root, args.reports, args.metadata, headers_fixed=args.headers_fixed)
+    print(f"{public_datasets.write_manifest(rows, args.out)} studies written to {args.out}")
     return 0
 
 
@@ -750,7 +751,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _benchmark_arguments(parser: argparse.ArgumentParser) -> None:
+def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
     parser.add_argument("--model", required=True, help="stage-2 output folder")
     parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
@@ -761,12 +762,12 @@ def _benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true")
 
 
-def _benchmark(args: argparse.Namespace) -> int:
-    """A public benchmark on a saved VLM: accuracy (closed) or text scores (open-ended)."""
+def _evaluate_public(args: argparse.Namespace) -> int:
+    """A public evaluation set on a saved VLM: accuracy (closed) or text scores (open-ended)."""
     from .atomic import write_text_atomically
-    from .evaluation import run_benchmark
+    from .evaluation import run_public_set
 
-    result = run_benchmark(
+    result = run_public_set(
         args.name, args.model, args.data, args.images, args.limit, args.split, progress=not args.quiet
     )
     if args.out:
@@ -901,10 +902,10 @@ COMMANDS: list[Command] = [
     ("compare", "the comparative VLM's answer about two studies", _compare_arguments, _compare),
     ("evaluate", "retrieval Recall@k/NDCG: entity, entity+rerank, holistic", _evaluate_arguments, _evaluate),
     (
-        "benchmark",
-        "a public paired-image benchmark: MMXU, MS-CXR-T, Medical-Diff-VQA",
-        _benchmark_arguments,
-        _benchmark,
+        "evaluate-public",
+        "a public paired-image evaluation set: MMXU, MS-CXR-T, Medical-Diff-VQA",
+        _evaluate_public_arguments,
+        _evaluate_public,
     ),
     ("demo", "the whole system on the synthetic cohort: train, evaluate, report", _demo_arguments, _demo),
     ("ablate", "the ablation grid at the demo's scale over seeds, in one table", _ablate_arguments, _ablate),

@@ -1,6 +1,6 @@
 import pytest
 
-from medreco.data.mining.benchmark import score_decomposition
+from medreco.data.mining.scoring import score_decomposition
 from medreco.data.phantom import PhantomConfig, generate_cohort
 from medreco.data.reports.decomposition import (
     EmptyReportError,

@@ -30,7 +30,7 @@ from medreco.data.reports.llm import (
 )
 from medreco.errors import MedReCoError
 from medreco.factory import bundled_text_encoder_path
-from medreco.processing.processing_medreco import CHAT_TEMPLATE
+from medreco.processing.processing_vlm import CHAT_TEMPLATE
 
 REPORT = (
     "FINDINGS: Small left pleural effusion. No pneumothorax. Heart size is normal.\nIMPRESSION: Small left effusion."

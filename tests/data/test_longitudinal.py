@@ -1,9 +1,10 @@
 import pytest
 
-from medreco.data.mining.benchmark import score_change_labels
-from medreco.data.mining.longitudinal import INVERSE, change_label, consistent_change_label
+from medreco.data.mining.longitudinal import change_label, consistent_change_label
+from medreco.data.mining.scoring import score_change_labels
 from medreco.data.phantom import PhantomConfig, generate_cohort
 from medreco.data.reports.attributes import location_phrases, read_attributes, read_stated_prior
+from medreco.data.reports.change import INVERSE_CHANGE as INVERSE
 from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
 
 P, N, U, M = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN, MentionStatus.NOT_MENTIONED
@@ -119,7 +120,7 @@ def test_synthetic_reports_state_the_new_change_kinds():
     both reports call the finding present)."""
     import numpy as np
 
-    from medreco.data.mining.benchmark import phantom_entity
+    from medreco.data.mining.scoring import phantom_entity
     from medreco.data.phantom.findings import evolve, sample_finding
     from medreco.data.phantom.reports import write_report
 

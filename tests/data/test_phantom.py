@@ -7,7 +7,7 @@ import pytest
 
 from medreco.cli import main
 from medreco.data.phantom import (
-    CHANGE_LABELS,
+    DRAWN_CHANGE_LABELS,
     FINDING_TYPES,
     INVERSE_CHANGE,
     PhantomConfig,
@@ -86,8 +86,8 @@ def test_findings_co_occur_and_change(cohort):
         for finding in truth["findings"]:
             assert finding["entity"] == FINDING_TYPES[finding["key"]].entity
     assert max(present_counts) >= 2  # several findings in one study
-    assert labels <= set(CHANGE_LABELS) and len(labels) >= 3
-    assert all(INVERSE_CHANGE[INVERSE_CHANGE[label]] == label for label in CHANGE_LABELS)
+    assert labels <= set(DRAWN_CHANGE_LABELS) and len(labels) >= 3
+    assert all(INVERSE_CHANGE[INVERSE_CHANGE[label]] == label for label in DRAWN_CHANGE_LABELS)
 
 
 NEGATION = re.compile(r"\b(no|not|without|resolved|resolution|normal|within normal limits)\b", re.I)
@@ -213,7 +213,7 @@ def test_family_studies_are_real_files_in_scanner_layouts(families):
 
 
 def test_family_ground_truth_changes_and_exact_reports(families):
-    from medreco.data.mining.benchmark import phantom_entity, score_decomposition
+    from medreco.data.mining.scoring import phantom_entity, score_decomposition
     from medreco.data.phantom import FAMILIES
     from medreco.data.reports.decomposition import RuleBasedDecomposer
 
@@ -231,7 +231,7 @@ def test_family_ground_truth_changes_and_exact_reports(families):
             changes.update(c["label"] for c in truth["changes_from_prior"].values())
         else:
             assert "COMPARISON:  None." in record.report
-    assert {"new", "stable"} <= changes and changes <= set(CHANGE_LABELS)
+    assert {"new", "stable"} <= changes and changes <= set(DRAWN_CHANGE_LABELS)
     exams = {read_ground_truth(out, r.study_id)["findings"][0]["key"] for r in records if r.modality == "ultrasound"}
     assert exams & {"thyroid_nodule"} or exams & {"us_gallstones"}  # one examination kind per patient
     scores = score_decomposition(decomposer, out)

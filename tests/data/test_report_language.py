@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from medreco.data.mining.benchmark import read_labelled_reports, score_labelled_reports
+from medreco.data.mining.scoring import read_labelled_reports, score_labelled_reports
 from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecomposer
 from medreco.errors import TextFileError
 

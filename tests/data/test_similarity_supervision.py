@@ -19,7 +19,7 @@ from medreco.data.mining.similarity import (
     statement_key,
 )
 from medreco.data.mining.splits import assign_splits
-from medreco.data.mining.supervision import StudyInfo, build_retrieval_benchmark, build_triplets
+from medreco.data.mining.supervision import StudyInfo, build_retrieval_queries, build_triplets
 from medreco.data.phantom import PhantomConfig, generate_cohort, read_ground_truth
 from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
 
@@ -163,6 +163,6 @@ def test_triplets_and_benchmark_respect_splits_entities_and_truth(tmp_path, embe
         # positives share the anchor's effusion status, negatives do not (read from the images' truth)
         assert truth[t.anchor]["pleural_effusion"] == truth[t.positive]["pleural_effusion"]
         assert truth[t.anchor]["pleural_effusion"] != truth[t.negative]["pleural_effusion"]
-    queries = build_retrieval_benchmark(decompositions, studies, [effusion], similarity)
+    queries = build_retrieval_queries(decompositions, studies, [effusion], similarity)
     assert queries and all(q.query not in q.gallery and set(q.relevant) <= set(q.gallery) for q in queries)
     assert all(studies[g].split == "test" for q in queries for g in q.gallery)

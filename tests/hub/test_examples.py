@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hub_ready import write_png
-from medreco.processing.writers import DicomIdentity, write_radiograph
+from medreco.data.phantom.dicom import DicomIdentity, write_radiograph
 from without_medreco import run, run_python
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

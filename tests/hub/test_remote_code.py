@@ -17,21 +17,19 @@ from conftest import example_inputs, main_output, tiny_model
 from hub_ready import FAMILIES, write_png
 from io_helpers import box_phantom, write_nifti_volume, write_series
 from medreco.cli import main
+from medreco.data.phantom.dicom import DicomIdentity, write_radiograph
 from medreco.factory import bundled_text_encoder_path
 from medreco.hub import export_folder
 from medreco.processing import MedReCoImageProcessor, MedReCoRetrievalProcessor, RemoteCodeError, flat_sources
-from medreco.processing.writers import DicomIdentity, write_radiograph
 from toy_mined import RECIPES
 from without_medreco import run_python
 
 
 def test_flat_sources_rewrite_package_imports_and_refuse_what_cannot_be_flat(tmp_path):
-    import medreco.processing.processing_medreco as module
+    import medreco.processing.processing_vlm as module
 
     sources = flat_sources(module.__file__)
-    assert {"processing_medreco.py", "image_processing_medreco.py", "readers.py", "errors.py", "atomic.py"} <= set(
-        sources
-    )
+    assert {"processing_vlm.py", "image_processing_medreco.py", "readers.py", "errors.py", "atomic.py"} <= set(sources)
     assert "configuration_vision.py" in sources  # the modality table, from medreco.modeling
     for name, source in sources.items():
         for node in ast.walk(ast.parse(source)):

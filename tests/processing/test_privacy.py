@@ -13,6 +13,7 @@ from pydicom.uid import CTImageStorage
 
 from io_helpers import FAKE_IDENTITY, box_phantom, write_series
 from medreco.cli import main
+from medreco.data.phantom.dicom import DicomIdentity, write_radiograph
 from medreco.errors import MedicalImageError, UnreadableImageError
 from medreco.processing import MedReCoImageProcessor, deidentify, deidentify_file, deidentify_tree, load_image, privacy
 from medreco.processing.privacy import (
@@ -23,7 +24,6 @@ from medreco.processing.privacy import (
     rule_for,
 )
 from medreco.processing.readers import read_dicom_series
-from medreco.processing.writers import DicomIdentity, write_radiograph
 
 SECRETS = ["Zebedee", "Quixote", "PID-99173", "19421107", "St Elsewhere", "ACC-55510"]
 MARKER_UID_ROOT = "1.999.7777."

@@ -24,6 +24,7 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from io_helpers import box_phantom, write_series
+from medreco.data.phantom.dicom import DicomIdentity, write_radiograph
 from medreco.errors import (
     ImageTooLargeError,
     InvalidSpacingError,
@@ -32,7 +33,6 @@ from medreco.errors import (
 )
 from medreco.processing import MedReCoImageProcessor, ReaderOptions, load_image
 from medreco.processing.readers import UNEXPECTED_ERROR, _file_meta_layout
-from medreco.processing.writers import DicomIdentity, write_radiograph
 
 SEED = 20240611
 CASE_SECONDS = 5.0

@@ -257,7 +257,7 @@ def test_png_radiograph(tmp_path):
 
 
 def test_monochrome1_is_inverted_to_match_monochrome2(tmp_path):
-    from medreco.processing.writers import DicomIdentity, write_radiograph
+    from medreco.data.phantom.dicom import DicomIdentity, write_radiograph
 
     image = np.linspace(0, 1, 30 * 40).reshape(30, 40)
     write_radiograph(image, (0.2, 0.2), tmp_path / "m1.dcm", DicomIdentity(), monochrome1=True)
@@ -363,7 +363,7 @@ def _mr_volumes():
 
 
 def test_mr_study_exported_one_series_per_folder_and_all_in_one_folder(tmp_path):
-    from medreco.processing.writers import DicomIdentity, write_mr_series
+    from medreco.data.phantom.dicom import DicomIdentity, write_mr_series
 
     volumes = _mr_volumes()
     folders = write_mr_series(volumes, (5.0, 0.9, 0.9), tmp_path / "split", DicomIdentity(), origin=(-6, -5, 40))
@@ -395,7 +395,7 @@ def test_mr_study_exported_one_series_per_folder_and_all_in_one_folder(tmp_path)
     "photometric, planar", [("RGB", 0), ("RGB", 1), ("PALETTE COLOR", 0), ("MONOCHROME2", 0)], ids=str
 )
 def test_ultrasound_single_frames_as_consoles_store_them(tmp_path, photometric, planar):
-    from medreco.processing.writers import DicomIdentity, write_ultrasound
+    from medreco.data.phantom.dicom import DicomIdentity, write_ultrasound
 
     grey = np.random.default_rng(4).uniform(0, 1, size=(30, 40))
     path = write_ultrasound(
@@ -417,7 +417,7 @@ def test_ultrasound_single_frames_as_consoles_store_them(tmp_path, photometric, 
 
 
 def test_ultrasound_cine_loop_reads_one_frame(tmp_path):
-    from medreco.processing.writers import DicomIdentity, write_ultrasound
+    from medreco.data.phantom.dicom import DicomIdentity, write_ultrasound
 
     frames = np.random.default_rng(5).uniform(0, 1, size=(7, 20, 24))
     path = write_ultrasound(frames, 0.4, tmp_path / "cine.dcm", DicomIdentity(), frame_time_ms=40.0)

@@ -1,2 +1,2 @@
 """Data: reading reports (`reports/`), mining supervision from them (`mining/`), manifests of public
-datasets (`adapters`), and the synthetic cohort (`phantom/`)."""
+datasets (`public_datasets`), and the synthetic cohort (`phantom/`)."""

@@ -1,7 +1,7 @@
 """Evaluation: ranking, statistics and text metrics; retrieval, VQA and longitudinal protocols."""
 
-from .benchmarks import BENCHMARKS, BenchmarkDataError, ImageLocator, run_benchmark
 from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
+from .public_sets import PUBLIC_SETS, ImageLocator, PublicSetDataError, run_public_set
 from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize_retrieval
 from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
 from .vqa import (
@@ -20,11 +20,11 @@ from .vqa import (
 )
 
 __all__ = [
-    "BENCHMARKS",
+    "PUBLIC_SETS",
     "ClipBaseline",
     "CLOSED_SCORING",
     "BERTScorer",
-    "BenchmarkDataError",
+    "PublicSetDataError",
     "ImageLocator",
     "accuracy_summary",
     "available_report_metrics",
@@ -48,7 +48,7 @@ __all__ = [
     "ndcg_at_k",
     "recall_at_k",
     "rouge_l",
-    "run_benchmark",
+    "run_public_set",
     "sample_rows",
     "summarize_retrieval",
     "text_only_baseline",

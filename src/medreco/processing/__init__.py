@@ -8,8 +8,8 @@ from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
 from .image_processing_medreco import MedReCoImageProcessor, write_model_input
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
 from .privacy import IDENTIFYING_KEYWORDS, DeidentificationReport, deidentify, deidentify_file, deidentify_tree
-from .processing_medreco import CHAT_TEMPLATE, MedReCoProcessor, conversation
 from .processing_retrieval import MedReCoRetrievalProcessor
+from .processing_vlm import CHAT_TEMPLATE, MedReCoProcessor, conversation
 from .readers import (
     ReaderOptions,
     list_dicom_series,

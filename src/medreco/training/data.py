@@ -19,7 +19,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.mining.mined import Study
-from ..deprecation import moved_names
 from ..errors import TrainingDataError
 from ..processing import MedReCoImageProcessor
 
@@ -140,21 +139,9 @@ def ceil_div(a: float, b: float) -> int:
     return math.ceil(a / b)
 
 
-# names that moved to their owners (kept for one release)
-__getattr__ = moved_names(
-    __name__,
-    {
-        "MINED_TABLES": "medreco.data.mining.mined",
-        "MinedData": "medreco.data.mining.mined",
-        "Study": "medreco.data.mining.mined",
-        "TrainingDataError": "medreco.errors",
-    },
-)
-
 __all__ = [
     "ImageStore",
     "ModalityBatchSampler",
-    "TrainingDataError",
     "batch_size_rule",
     "check_nonempty",
     "is_volumetric",

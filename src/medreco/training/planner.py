@@ -37,7 +37,7 @@ from ..factory import PRESETS, create_config, model_class_of, resolve_text_encod
 from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVLMConfig
 from ..modeling.modeling_utils import block_classes
 from ..processing import DEFAULT_RECIPES, ModalityRecipe
-from ..processing.processing_medreco import SPECIAL_TOKENS
+from ..processing.processing_vlm import SPECIAL_TOKENS
 from .config import OptimizationConfig, Stage1Config, Stage2Config, load_recipe, read_recipe, recipe_path
 
 logger = logging.getLogger(__name__)

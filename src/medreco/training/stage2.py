@@ -25,7 +25,6 @@ from ..atomic import save_folder_atomically
 from ..data.mining import MinedData
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
-from ..deprecation import moved_names
 from ..factory import PRESETS, create_model, hub_model_id, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
@@ -467,9 +466,6 @@ class Stage2Trainer:
 def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:
     return Stage2Trainer(config).train(max_steps)
 
-
-# names that moved to their owners (kept for one release)
-__getattr__ = moved_names(__name__, {"LETTERS": "medreco.data.mining.vqa"})
 
 __all__ = [
     "Stage2Trainer",

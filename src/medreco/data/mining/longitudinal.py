@@ -16,31 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..reports.attributes import Attributes, location_phrases, read_attributes, read_stated_prior
+from ..reports.change import INVERSE_CHANGE
 from ..reports.decomposition import EntityStatement, MentionStatus
 
-CHANGE_LABELS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed", "unable to compare")
-INVERSE = {
-    "new": "resolved",
-    "resolved": "new",
-    "increased": "decreased",
-    "decreased": "increased",
-    "stable": "stable",
-    "qualitatively changed": "qualitatively changed",
-    "unable to compare": "unable to compare",
-}
-# the `attribute` column's values, in the order they are checked after presence
-CHANGE_ATTRIBUTES = (
-    "presence",
-    "size",
-    "number",
-    "severity",
-    "margins",
-    "composition",
-    "distribution",
-    "location",
-    "morphology",
-    "overall",
-)
 SIZE_CHANGE = 1.2  # relative change in size that counts as increased/decreased
 
 
@@ -66,7 +44,7 @@ def _compare_attributes(earlier: Attributes, later: Attributes, later_is_current
     # no measurable difference: the later report's wording decides, read in the right direction
     cue = later.change_cue if later_is_current else earlier.change_cue
     if cue in ("increased", "decreased") and (later.comparable() or earlier.comparable()):
-        label = cue if later_is_current else INVERSE[cue]
+        label = cue if later_is_current else INVERSE_CHANGE[cue]
         return ChangeLabel(label, "overall")
     return ChangeLabel("stable", "overall")
 
@@ -125,7 +103,7 @@ def consistent_change_label(prior: EntityStatement, current: EntityStatement) ->
     backward = change_label(current, prior, later_is_current=False)
     if forward is None or backward is None or forward.label == "unable to compare":
         return None
-    return forward if INVERSE[forward.label] == backward.label else None
+    return forward if INVERSE_CHANGE[forward.label] == backward.label else None
 
 
-__all__ = ["CHANGE_ATTRIBUTES", "CHANGE_LABELS", "INVERSE", "ChangeLabel", "change_label", "consistent_change_label"]
+__all__ = ["ChangeLabel", "change_label", "consistent_change_label"]

@@ -60,7 +60,7 @@ from .longitudinal import consistent_change_label
 from .mined import SUMMARY_FILE, table_fingerprint
 from .similarity import SIMILARITY_METRICS, ReportSimilarity, SimilarityThresholds, build_similarity_metric
 from .splits import SPLIT_NAMES, assign_splits, check_patients, official_patient_splits
-from .supervision import StudyInfo, build_retrieval_benchmark, build_triplets
+from .supervision import StudyInfo, build_retrieval_queries, build_triplets
 from .vqa import filter_vqa, sample_pairs, vqa_over_pairs
 
 logger = logging.getLogger(__name__)
@@ -371,7 +371,7 @@ def write_mined_tables(
     retrieval = [
         query
         for split in ("train", "validation", "test", "external")
-        for query in build_retrieval_benchmark(decompositions, studies, entity_ids, similarity, split=split)
+        for query in build_retrieval_queries(decompositions, studies, entity_ids, similarity, split=split)
     ]
     longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids)
     vqa, report = comparative_vqa(decompositions, studies, entity_ids, ontology, config)

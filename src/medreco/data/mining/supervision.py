@@ -110,7 +110,7 @@ def build_triplets(
     return list(dict.fromkeys(triplets))
 
 
-def build_retrieval_benchmark(
+def build_retrieval_queries(
     decompositions: dict[str, ReportDecomposition],
     studies: dict[str, StudyInfo],
     entity_ids: list[str],
@@ -142,4 +142,4 @@ def build_retrieval_benchmark(
     return queries
 
 
-__all__ = ["RetrievalQuery", "StudyInfo", "Triplet", "build_retrieval_benchmark", "build_triplets"]
+__all__ = ["RetrievalQuery", "StudyInfo", "Triplet", "build_retrieval_queries", "build_triplets"]

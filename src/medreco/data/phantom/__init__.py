@@ -13,10 +13,10 @@ from .cohort import (
     read_manifest,
 )
 from .families import FAMILIES
-from .findings import CHANGE_LABELS, FINDING_TYPES, INVERSE_CHANGE, Finding, finding_types_for
+from .findings import DRAWN_CHANGE_LABELS, FINDING_TYPES, INVERSE_CHANGE, Finding, finding_types_for
 
 __all__ = [
-    "CHANGE_LABELS",
+    "DRAWN_CHANGE_LABELS",
     "DEFAULT_MODALITIES",
     "FAMILIES",
     "FINDING_TYPES",

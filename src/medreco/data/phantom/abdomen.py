@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...processing.writers import canonical_affine, write_ct_series, write_nifti
+from .dicom import canonical_affine, write_ct_series, write_nifti
 from .families import Family, ReportHeader, ReportStyle, anchored_rng, article, pick, register, relative
 from .findings import COLLECTION_GRADES, GRADES, Finding, FindingType
 from .render import Grid, paint

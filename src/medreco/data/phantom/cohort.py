@@ -27,7 +27,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from ...atomic import write_text_atomically
-from ...processing.writers import DicomIdentity, canonical_affine, write_ct_series, write_nifti, write_radiograph
+from .dicom import DicomIdentity, canonical_affine, write_ct_series, write_nifti, write_radiograph
 from .families import FAMILIES, write_family_report
 from .findings import Finding, evolve, finding_types_for, sample_finding
 from .render import Anatomy, ct_grid, render_radiograph, render_thorax_hu

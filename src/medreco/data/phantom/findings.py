@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..mining.longitudinal import CHANGE_LABELS as _ALL_CHANGE_LABELS
-from ..mining.longitudinal import INVERSE as INVERSE_CHANGE
+from ..reports.change import CHANGE_LABELS, INVERSE_CHANGE
 
-CHANGE_LABELS = _ALL_CHANGE_LABELS[:-1]  # the cohort's changes are all comparable by construction
+DRAWN_CHANGE_LABELS = CHANGE_LABELS[:-1]  # the cohort's changes are all comparable by construction
 LOBES = {
     "right": ("right upper lobe", "right middle lobe", "right lower lobe"),
     "left": ("left upper lobe", "left lower lobe"),
@@ -292,7 +291,7 @@ def register_finding_types(types: list[FindingType], severity_keys: tuple[str, .
 
 
 __all__ = [
-    "CHANGE_LABELS",
+    "DRAWN_CHANGE_LABELS",
     "FINDING_TYPES",
     "INVERSE_CHANGE",
     "LOBES",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ...processing.writers import write_ultrasound
+from .dicom import write_ultrasound
 from .families import Family, ReportHeader, ReportStyle, anchored_rng, article, pick, register, relative
 from .findings import GRADES, Finding, FindingType
 

@@ -1,8 +1,8 @@
 """Readers for public datasets and benchmarks, in their published layouts (see the docs of each).
 
-Dataset adapters yield manifest rows (`image`, `report`, `patient_id`, `modality`, `study_id`,
+Dataset readers yield manifest rows (`image`, `report`, `patient_id`, `modality`, `study_id`,
 `study_date`, and `split`: the dataset's official split in medreco's names) that `medreco mine`
-consumes; benchmark adapters yield evaluation items. CT-RATE rows also carry the voxel size and
+consumes; benchmark readers yield evaluation items. CT-RATE rows also carry the voxel size and
 rescale from its metadata CSV, which `write_manifest` turns into `.volume.json` files that every
 image reader applies. The data themselves need credentialed access and are not shipped."""
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from medreco.cli import main
-from medreco.data import adapters
+from medreco.data import public_datasets
 from medreco.data.mining import ManifestError, MiningConfig, read_study_manifest, split_studies
 from medreco.data.mining.splits import LeakageError
 from medreco.errors import InvalidSpacingError, UnreadableImageError
@@ -51,7 +51,7 @@ def test_mimic_cxr_layout_and_manifest(tmp_path):
             },
         ],
     )
-    rows = list(adapters.mimic_cxr(tmp_path, tmp_path / "meta.csv"))
+    rows = list(public_datasets.mimic_cxr(tmp_path, tmp_path / "meta.csv"))
     assert rows == [
         {
             "study_id": "s50414267",
@@ -98,7 +98,7 @@ def test_mimic_cxr_official_split(tmp_path, capsys):
     splits = {"174413ec": "train", "2a2277a9": "train", "6ad03ed1": "validate"}
     split_rows = [{"dicom_id": d, "study_id": st, "subject_id": su, "split": splits[d]} for su, st, d in studies]
     write_csv(tmp_path / "mimic-cxr-2.0.0-split.csv.gz", split_rows)  # its published name and place
-    rows = list(adapters.mimic_cxr(tmp_path))
+    rows = list(public_datasets.mimic_cxr(tmp_path))
     assert {r["study_id"]: r["split"] for r in rows} == {
         "s50414267": "train",
         "s53189527": "train",
@@ -129,7 +129,7 @@ def test_mimic_cxr_official_split(tmp_path, capsys):
         error = capsys.readouterr().err
         assert name in error and "\n" not in error.strip()
         with pytest.raises(ManifestError, match=message):
-            list(adapters.mimic_cxr(tmp_path, split_csv=tmp_path / name))
+            list(public_datasets.mimic_cxr(tmp_path, split_csv=tmp_path / name))
 
 
 def test_mining_keeps_a_manifests_official_split(tmp_path):
@@ -196,7 +196,7 @@ def test_ct_rate_layout(tmp_path):
     )
     write_csv(tmp_path / "meta.csv", [metadata_row(n) for n in ("train_1_a_1.nii.gz", "valid_7_b_1.nii.gz")])
     (tmp_path / "dataset").mkdir()  # CT-RATE's volumes folder
-    rows = list(adapters.ct_rate(tmp_path, tmp_path / "reports.csv", tmp_path / "meta.csv"))
+    rows = list(public_datasets.ct_rate(tmp_path, tmp_path / "reports.csv", tmp_path / "meta.csv"))
     assert [r["study_id"] for r in rows] == ["train_1_a", "valid_7_b"]  # one reconstruction per scan
     assert [r["split"] for r in rows] == ["train", "test"]  # CT-RATE's valid set is the paper's test set
     assert rows[1]["image"].endswith("dataset/valid/valid_7/valid_7_b/valid_7_b_1.nii.gz")
@@ -205,7 +205,7 @@ def test_ct_rate_layout(tmp_path):
     assert not {"PatientAge", "Manufacturer"} & set(rows[0])
     write_csv(tmp_path / "bad.csv", [{"Volume": "x"}])
     with pytest.raises(ManifestError, match=r"bad\.csv: missing column"):
-        list(adapters.ct_rate(tmp_path, tmp_path / "bad.csv", tmp_path / "meta.csv"))
+        list(public_datasets.ct_rate(tmp_path, tmp_path / "bad.csv", tmp_path / "meta.csv"))
 
 
 def test_ct_rate_metadata_errors_name_the_file_and_column(tmp_path):
@@ -213,7 +213,7 @@ def test_ct_rate_metadata_errors_name_the_file_and_column(tmp_path):
     write_csv(tmp_path / "reports.csv", [report_row("train_1_a_1.nii.gz")])
     reports = tmp_path / "reports.csv"
     with pytest.raises(ManifestError, match=r"need the metadata CSV.*--headers-fixed"):
-        list(adapters.ct_rate(tmp_path, reports))  # none given, none at the published place
+        list(public_datasets.ct_rate(tmp_path, reports))  # none given, none at the published place
     cases = {
         "ZSpacing": ([{k: v for k, v in metadata_row("train_1_a_1.nii.gz").items() if k != "ZSpacing"}], "ZSpacing"),
         "malformed": ([metadata_row("train_1_a_1.nii.gz", xy="[0.75]")], "train_1_a_1.nii.gz: column XYSpacing"),
@@ -225,7 +225,7 @@ def test_ct_rate_metadata_errors_name_the_file_and_column(tmp_path):
         path = tmp_path / f"{name.replace(' ', '_')}.csv"
         write_csv(path, rows)
         with pytest.raises(ManifestError, match=f"{path.name}.*{message}"):
-            list(adapters.ct_rate(tmp_path, reports, path))
+            list(public_datasets.ct_rate(tmp_path, reports, path))
     assert (
         main(
             [
@@ -278,9 +278,9 @@ def test_ct_rate_metadata_gives_the_volume_in_hu_with_its_true_geometry(tmp_path
     truth_affine[:3, 3] = (-origin[0], -origin[1], origin[2])
     nib.save(nib.Nifti1Image(stored * 2.0 - 1024.0, truth_affine), tmp_path / "truth.nii.gz")
     root = tmp_path / "ct"
-    write_csv(root / adapters.CT_RATE_REPORTS[0], [report_row("train_1_a_1.nii.gz")])
+    write_csv(root / public_datasets.CT_RATE_REPORTS[0], [report_row("train_1_a_1.nii.gz")])
     write_csv(
-        root / adapters.CT_RATE_METADATA[0],
+        root / public_datasets.CT_RATE_METADATA[0],
         [
             metadata_row(
                 "train_1_a_1.nii.gz",
@@ -366,12 +366,12 @@ def test_ms_cxr_t(tmp_path):
         "dicom_id": "files/p1/s2/abc.dcm",
         "previous_study_id": "3",
         "previous_dicom_id": "def",
-        **{f"{f}_progression": "" for f in adapters.MS_CXR_T_FINDINGS},
-        **{f"{f}_label_quality": "" for f in adapters.MS_CXR_T_FINDINGS},
+        **{f"{f}_progression": "" for f in public_datasets.MS_CXR_T_FINDINGS},
+        **{f"{f}_label_quality": "" for f in public_datasets.MS_CXR_T_FINDINGS},
     }
     row["pleural_effusion_progression"] = "worsening"
     write_csv(tmp_path / "ms.csv", [row])
-    item = adapters.ms_cxr_t(tmp_path / "ms.csv")[0]
+    item = public_datasets.ms_cxr_t(tmp_path / "ms.csv")[0]
     assert item.dicom_id == "abc" and item.labels == {"pleural_effusion": "worsening"}
 
 
@@ -386,11 +386,11 @@ def test_mmxu(tmp_path):
         "prior_image_path": "files/p1/s1/b.jpg",
     }
     (tmp_path / "MMXU-test.jsonl").write_text(json.dumps(item) + "\n")
-    question = adapters.mmxu(tmp_path / "MMXU-test.jsonl")[0]
+    question = public_datasets.mmxu(tmp_path / "MMXU-test.jsonl")[0]
     assert question.options[1] == "Worsened" and question.answer == "B" and question.content_type == "worsen"
     (tmp_path / "bad.jsonl").write_text('{"id": 1}\n')
     with pytest.raises(ManifestError, match="line 1"):
-        adapters.mmxu(tmp_path / "bad.jsonl")
+        public_datasets.mmxu(tmp_path / "bad.jsonl")
 
 
 def test_medical_diff_vqa(tmp_path):
@@ -417,7 +417,7 @@ def test_medical_diff_vqa(tmp_path):
             },
         ],
     )
-    questions = adapters.medical_diff_vqa(tmp_path / "q.csv", split="test")
+    questions = public_datasets.medical_diff_vqa(tmp_path / "q.csv", split="test")
     assert len(questions) == 1 and questions[0].reference_study_id == "4"
 
 
@@ -426,7 +426,7 @@ def test_cxr_align(tmp_path):
         "mimic": {"c1": {"chosen": "effusion", "report": "Small effusion.", "negation": "No effusion.", "omitted": ""}}
     }
     (tmp_path / "cxr-align.json").write_text(json.dumps(data))
-    case = adapters.cxr_align(tmp_path / "cxr-align.json")[0]
+    case = public_datasets.cxr_align(tmp_path / "cxr-align.json")[0]
     assert case.entity == "effusion" and case.negated == "No effusion."
     with pytest.raises(ManifestError, match="'chexpert'"):
-        adapters.cxr_align(tmp_path / "cxr-align.json", source="chexpert")
+        public_datasets.cxr_align(tmp_path / "cxr-align.json", source="chexpert")

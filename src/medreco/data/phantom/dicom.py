@@ -23,8 +23,8 @@ from pydicom.uid import (
     generate_uid,
 )
 
-from ..atomic import atomic_path
-from .geometry import LPS_TO_RAS
+from ...atomic import atomic_path
+from ...processing.geometry import LPS_TO_RAS
 
 
 @dataclass

@@ -14,11 +14,11 @@ from toy_training import stage2_config
 
 def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys):
     """MMXU, MS-CXR-T and Medical-Diff-VQA files in their published formats, with images in the
-    MIMIC-CXR-JPG layout, scored by `run_benchmark` and `medreco benchmark`."""
+    MIMIC-CXR-JPG layout, scored by `run_public_set` and `medreco evaluate-public`."""
     import shutil
 
     from medreco.cli import main
-    from medreco.evaluation import BenchmarkDataError, run_benchmark
+    from medreco.evaluation import PublicSetDataError, run_public_set
 
     _, out, _, _ = stage1_run
     Stage2Trainer(stage2_config(toy, out / "final", tmp_path / "vlm")).train(max_steps=2)
@@ -47,15 +47,15 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
         path.write_text("\n".join(json.dumps(line) for line in lines))
         return path
 
-    first = run_benchmark("mmxu", model, write_mmxu(["A"] * 6), root, progress=False)
+    first = run_public_set("mmxu", model, write_mmxu(["A"] * 6), root, progress=False)
     assert first["questions"] == 6 and sum(v["questions"] for v in first["by_content_type"].values()) == 6
     predicted = [p["predicted"] for p in first["predictions"]]
     assert set(predicted) <= set("ABCD")
     assert first["accuracy"] == pytest.approx(predicted.count("A") / 6)
     # Scoring follows the answer key: the model's own answers score 1, any other letter scores 0.
-    assert run_benchmark("mmxu", model, write_mmxu(predicted), root, progress=False)["accuracy"] == 1.0
+    assert run_public_set("mmxu", model, write_mmxu(predicted), root, progress=False)["accuracy"] == 1.0
     other = ["B" if p == "A" else "A" for p in predicted]
-    assert run_benchmark("mmxu", model, write_mmxu(other), root, progress=False)["accuracy"] == 0.0
+    assert run_public_set("mmxu", model, write_mmxu(other), root, progress=False)["accuracy"] == 0.0
 
     header = "subject_id,study_id,dicom_id,previous_study_id,previous_dicom_id,"
     header += ",".join(f"{f}_progression" for f in ("consolidation", "edema", "pleural_effusion", "pneumonia"))
@@ -63,7 +63,7 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     csv.write_text(
         f"{header}\n10000001,50000001,dicom1,50000000,dicom0,stable,,worsening,\n10000001,50000003,dicom3,50000002,dicom2,,improving,,stable\n"
     )
-    progression = run_benchmark("ms-cxr-t", model, csv, root, progress=False)
+    progression = run_public_set("ms-cxr-t", model, csv, root, progress=False)
     matrix = progression["confusion"]["matrix"]
     assert progression["questions"] == 4 and sum(map(sum, matrix)) == 4
     assert sorted(progression["by_finding"]) == ["consolidation", "edema", "pleural_effusion", "pneumonia"]
@@ -73,8 +73,8 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     # one question per finding: the class-balanced accuracy of each equals its plain accuracy
     assert progression["macro_accuracy"] == pytest.approx(progression["mean_finding_accuracy"])
     csv.write_text(f"{header}\n10000001,50000001,dicom1,50000000,dicom9,stable,,,\n")
-    with pytest.raises(BenchmarkDataError, match="dicom9"):
-        run_benchmark("ms-cxr-t", model, csv, root, progress=False)
+    with pytest.raises(PublicSetDataError, match="dicom9"):
+        run_public_set("ms-cxr-t", model, csv, root, progress=False)
 
     pairs = tmp_path / "mimic_pair_questions.csv"
     question = "what has changed compared to the reference image?"
@@ -85,8 +85,8 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
         "50000003,10000001,50000002,abnormality,what abnormalities are seen in this image?,pleural effusion,test\n"
         f"50000002,10000001,50000001,difference,{question},nothing has changed.,train\n"
     )
-    assert main(["benchmark", "medical-diff-vqa", "--model", str(model), "--data", str(pairs), "--images", str(root),
-                 "--out", str(tmp_path / "diff.json"), "--quiet"]) == 0  # fmt: skip
+    assert main(["evaluate-public", "medical-diff-vqa", "--model", str(model), "--data", str(pairs),
+                 "--images", str(root), "--out", str(tmp_path / "diff.json"), "--quiet"]) == 0  # fmt: skip
     assert "medical-diff-vqa (n=2): bleu" in capsys.readouterr().out
     difference = json.loads((tmp_path / "diff.json").read_text())
     scores = difference["scores"]
@@ -97,5 +97,5 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     assert scores["questions"] == 2 and all(0.0 <= scores[k] <= 1.0 for k in ("bleu", "rouge_l", "meteor", "entity_f1"))
 
     (root / "files" / "p10" / "p10000001" / "s50000000" / "dicom0.png").unlink()
-    with pytest.raises(BenchmarkDataError, match=r"dicom0\.png"):
-        run_benchmark("mmxu", model, write_mmxu(["A"]), root, progress=False)
+    with pytest.raises(PublicSetDataError, match=r"dicom0\.png"):
+        run_public_set("mmxu", model, write_mmxu(["A"]), root, progress=False)

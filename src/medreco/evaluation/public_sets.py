@@ -12,7 +12,7 @@
 
 The benchmark files come from their publishers (credentialed access); the images are found under
 an image root in the MIMIC-CXR(-JPG) layout (`files/pXX/pSUBJECT/sSTUDY/<dicom_id>.jpg`). The
-readers are in `medreco.data.adapters`."""
+readers are in `medreco.data.public_datasets`."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from statistics import mean
 from types import SimpleNamespace
 
-from ..data.adapters import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
 from ..data.mining.vqa import LETTERS
+from ..data.public_datasets import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
 from ..errors import MedReCoError
 from .metrics import balanced_accuracy
 from .text import available_report_metrics
@@ -32,12 +32,12 @@ from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_op
 
 logger = logging.getLogger(__name__)
 
-BENCHMARKS = ("mmxu", "ms-cxr-t", "medical-diff-vqa")
+PUBLIC_SETS = ("mmxu", "ms-cxr-t", "medical-diff-vqa")
 IMAGE_SUFFIXES = (".dcm", ".jpg", ".jpeg", ".png")
 PROGRESSION_OPTIONS = {"improving": "decreased", "stable": "stable", "worsening": "increased"}
 
 
-class BenchmarkDataError(MedReCoError, ValueError):
+class PublicSetDataError(MedReCoError, ValueError):
     """A benchmark item whose image cannot be found, or an unknown benchmark; names both."""
 
 
@@ -48,7 +48,7 @@ class ImageLocator:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         if not self.root.is_dir():
-            raise BenchmarkDataError(f"{self.root}: image root not found")
+            raise PublicSetDataError(f"{self.root}: image root not found")
         self._by_stem: dict[str, Path] | None = None
         self._by_study: dict[str, Path] | None = None
 
@@ -62,14 +62,14 @@ class ImageLocator:
     def relative(self, path: str, item: str) -> str:
         candidate = self.root / path
         if not candidate.is_file():
-            raise BenchmarkDataError(f"{candidate}: image of {item} not found under {self.root}")
+            raise PublicSetDataError(f"{candidate}: image of {item} not found under {self.root}")
         return str(candidate)
 
     def by_dicom_id(self, dicom_id: str, item: str) -> str:
         if self._by_stem is None:
             self._index()
         if dicom_id not in self._by_stem:
-            raise BenchmarkDataError(f"{self.root}: no image named {dicom_id}.* for {item}")
+            raise PublicSetDataError(f"{self.root}: no image named {dicom_id}.* for {item}")
         return str(self._by_stem[dicom_id])
 
     def by_study(self, study_id: str, item: str) -> str:
@@ -78,7 +78,7 @@ class ImageLocator:
             self._index()
         key = str(study_id).removeprefix("s")
         if key not in self._by_study:
-            raise BenchmarkDataError(f"{self.root}: no image folder for study {study_id} of {item}")
+            raise PublicSetDataError(f"{self.root}: no image folder for study {study_id} of {item}")
         return str(self._by_study[key])
 
 
@@ -137,7 +137,7 @@ def evaluate_ms_cxr_t(
         current = images.by_dicom_id(item.dicom_id, name)
         for finding, label in sorted(item.labels.items()):
             if label not in PROGRESSION_OPTIONS:
-                raise BenchmarkDataError(
+                raise PublicSetDataError(
                     f"{name}: progression {label!r} of {finding} is not one of {', '.join(PROGRESSION_OPTIONS)}"
                 )
             question, options = progression_question(finding)
@@ -189,7 +189,7 @@ def evaluate_medical_diff_vqa(
     return evaluate_open_ended(reader, rows, studies, bert_scorer, progress, report_metrics)
 
 
-def run_benchmark(
+def run_public_set(
     name: str,
     model_dir: str | Path,
     data_path: str | Path,
@@ -199,16 +199,16 @@ def run_benchmark(
     seed: int = 0,
     progress: bool = True,
 ) -> dict:
-    """Load a saved VLM and run benchmark `name` (one of `BENCHMARKS`) on at most `limit` items
+    """Load a saved VLM and run benchmark `name` (one of `PUBLIC_SETS`) on at most `limit` items
     drawn reproducibly. Medical-Diff-VQA uses its `split` and the "difference" questions."""
     from ..inference import ComparativeReader
 
-    if name not in BENCHMARKS:
-        raise BenchmarkDataError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    if name not in PUBLIC_SETS:
+        raise PublicSetDataError(f"unknown benchmark {name!r}; choose one of {', '.join(PUBLIC_SETS)}")
     readers = {"mmxu": mmxu, "ms-cxr-t": ms_cxr_t, "medical-diff-vqa": lambda path: medical_diff_vqa(path, split=split)}
     items = sample_rows(readers[name](data_path), limit, seed)
     if not items:
-        raise BenchmarkDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
+        raise PublicSetDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
     images = ImageLocator(image_root)
     reader = ComparativeReader.from_pretrained(model_dir)
     if name == "mmxu":
@@ -220,16 +220,16 @@ def run_benchmark(
         result = evaluate_medical_diff_vqa(reader, items, images, progress=progress, report_metrics=metrics)
         result["unavailable_metrics"] = unavailable
     logger.info("%s: %d items evaluated", name, len(items))
-    return {"benchmark": name, "items": len(items), "model": str(model_dir), **result}
+    return {"set": name, "items": len(items), "model": str(model_dir), **result}
 
 
 __all__ = [
-    "BENCHMARKS",
-    "BenchmarkDataError",
+    "PUBLIC_SETS",
+    "PublicSetDataError",
     "ImageLocator",
     "evaluate_medical_diff_vqa",
     "evaluate_mmxu",
     "evaluate_ms_cxr_t",
     "progression_question",
-    "run_benchmark",
+    "run_public_set",
 ]

@@ -1,5 +1,0 @@
-"""Deprecated path (kept for one release): see `medreco.processing.image_processing_medreco`."""
-
-from medreco.deprecation import moved_to
-
-moved_to(__name__, "medreco.processing.image_processing_medreco")
