@@ -56,4 +56,7 @@ def test_the_wheel_holds_every_file_of_the_package_with_the_launch_configs(tmp_p
     }
     assert source - shipped == set()
     launch = {name for name in shipped if name.startswith("medreco/training/launch/")}
-    assert {"medreco/training/launch/deepspeed_zero3.json", "medreco/training/launch/fsdp.yaml"} <= launch
+    assert {
+        "medreco/training/launch/configs/deepspeed_zero3.json",
+        "medreco/training/launch/configs/fsdp.yaml",
+    } <= launch

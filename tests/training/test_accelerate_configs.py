@@ -23,7 +23,8 @@ from medreco.training.launch import (
     write_launch_config,
 )
 
-PACKAGE = Path(medreco.__file__).parent / "training" / "launch"
+PACKAGE = Path(medreco.__file__).parent / "training" / "launch" / "configs"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_setting_ships_in_the_package():
@@ -69,7 +70,7 @@ def test_printed_configs_name_the_installed_json_by_absolute_path(name, tmp_path
     if "deepspeed_config" in packaged:
         deepspeed_file = Path(settings["deepspeed_config"]["deepspeed_config_file"])
         assert deepspeed_file.is_absolute() and deepspeed_file.is_file()
-        assert deepspeed_file.name == packaged["deepspeed_config"]["deepspeed_config_file"]
+        assert deepspeed_file.name == Path(packaged["deepspeed_config"]["deepspeed_config_file"]).name
         assert settings["deepspeed_config"] == {
             **packaged["deepspeed_config"],
             "deepspeed_config_file": str(deepspeed_file),
@@ -176,3 +177,26 @@ def test_the_cli_writes_a_working_config_from_any_folder(tmp_path):
     assert Path(config.deepspeed_config["deepspeed_config_file"]) == written[0]
     assert json.loads(written[0].read_text())["zero_optimization"]["stage"] == 3
     assert list(workdir.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", LAUNCH_CONFIGS)
+def test_the_repository_copy_launches_from_a_clones_root_as_it_is(name, monkeypatch):
+    """`accelerate launch --config_file accelerate_configs/NAME.yaml` from the root, as TRL's users do."""
+    monkeypatch.chdir(ROOT)
+    config = ClusterConfig.from_yaml_file(f"accelerate_configs/{name}.yaml")
+    if config.distributed_type == "DEEPSPEED":
+        named = Path(config.deepspeed_config["deepspeed_config_file"])
+        assert not named.is_absolute() and named.is_file() and named.parent == Path("accelerate_configs")
+
+
+def test_the_package_reads_the_repository_folder_not_a_second_copy():
+    """One copy in git: the package's `configs/` is a link to the root's `accelerate_configs/`."""
+    link = ROOT / "src" / "medreco" / "training" / "launch" / "configs"
+    assert link.is_symlink() and link.resolve() == (ROOT / "accelerate_configs").resolve()
+    tracked = subprocess.run(
+        ["git", "ls-files", "-s", "src/medreco/training/launch"], cwd=ROOT, capture_output=True, text=True
+    )
+    if tracked.returncode == 0 and tracked.stdout:  # a git checkout (CI's fresh clone is one)
+        modes = {line.split()[-1]: line.split()[0] for line in tracked.stdout.splitlines()}
+        assert modes["src/medreco/training/launch/configs"] == "120000"  # a symbolic link
+        assert not any(path.endswith((".yaml", ".json")) for path in modes)

@@ -97,15 +97,50 @@ def _filtered_splits(metrics: dict) -> str:
 
 def markdown_report(metrics: dict) -> str:
     """The report as Markdown (tables and links to the figures)."""
-    lines = ["# MedReCo demo on the synthetic cohort", ""]
+    sections = (
+        _overview_lines,
+        _retrieval_lines,
+        _expert_lines,
+        _entity_retrieval_lines,
+        _montage_lines,
+        _closed_vqa_lines,
+        _open_ended_lines,
+        _longitudinal_lines,
+        _wall_time_and_model_lines,
+    )
+    lines = [line for section in sections for line in section(metrics)]
+    return "\n".join(lines) + "\n"
+
+
+# How the report names the VQA scorings and baselines
+_SCORINGS = {
+    "letter": "MedReCo-VLM (images + question; option letter)",
+    "answer": "MedReCo-VLM (images + question; answer likelihood)",
+}
+_BASELINE_NAMES = {
+    "text_only": "text-only baseline (question only)",
+    "majority": "majority answer (most often right option)",
+}
+
+
+def _overview_lines(metrics: dict) -> list[str]:
+    """Title and the cohort the run used."""
     run = metrics.get("run", {})
     config = run.get("config", {})
     mined = run.get("mined", {})
-    lines += [
+    return [
+        "# MedReCo demo on the synthetic cohort",
+        "",
         f"{config.get('patients', '?')} synthetic patients ({mined.get('studies', '?')} studies: chest X-ray and "
         f"chest CT, two time points each); held-out test patients only. Mode: "
         f"{'quick' if config.get('quick') else 'default'}.",
         "",
+    ]
+
+
+def _retrieval_lines(metrics: dict) -> list[str]:
+    """Recall@k and NDCG per modality, level and system, the significance tests and the bar chart."""
+    lines = [
         "## Controllable retrieval (test split)",
         "",
         "Recall@k in %, with the 95% Wilson interval of Recall@1. `entity`: entity-conditioned similarity; "
@@ -119,20 +154,7 @@ def markdown_report(metrics: dict) -> str:
     for modality, levels in metrics["retrieval"].items():
         shown = {k: v for k, v in levels.items() if not (k == "all" and len(levels) == 2)}  # "all" = the one level
         for level, entry in shown.items():
-            chance = entry.get("chance")
-            if chance:
-                lines.append(
-                    f"| {modality} | {level} | {entry['queries']} | *chance* | {_percent(chance['recall@1'])} | "
-                    f"{_percent(chance['recall@3'])} | {_percent(chance['recall@5'])} | |"
-                )
-            for system in (s for s in SYSTEMS if s in entry):
-                stats = entry[system]
-                low, high = stats["recall@1_ci95"]
-                lines.append(
-                    f"| {modality} | {level} | {entry['queries']} | {system} | {_percent(stats['recall@1'])} "
-                    f"[{_percent(low)}-{_percent(high)}] | {_percent(stats['recall@3'])} | "
-                    f"{_percent(stats['recall@5'])} | {_percent(stats['ndcg@5'])} |"
-                )
+            lines += _retrieval_rows(modality, level, entry)
     overall = metrics["retrieval"].get("all", {}).get("all", {})
     test = overall.get("mcnemar_recall@1", {}).get("entity vs holistic")
     if test:
@@ -140,60 +162,96 @@ def markdown_report(metrics: dict) -> str:
     clustered = overall.get("clustered_recall@1", {}).get("entity vs holistic")
     if clustered:
         lines += ["", _clustered_sentence("Recall@1, entity vs holistic, all queries", clustered)]
-    lines += ["", "![Recall@k](figures/recall_bars.png)", ""]
-    experts = metrics.get("expert_changes")
-    if experts:
-        lines += [
-            "Each modality family has its own expert in the vision encoder's feed-forward layers; how far "
-            "stage 1 moved each from its initial weights (relative distance; 0 would mean the family never trained):",
-            "",
-            "| expert (modality) | relative change | test queries |",
-            "|---|---|---|",
-        ]
-        for modality, change in experts.items():
-            queries = metrics["retrieval"].get(modality, {}).get("all", {}).get("queries", 0)
-            lines.append(f"| {modality} | {change:.3f} | {queries} |")
-        lines.append("")
-    by_entity = metrics.get("retrieval_by_entity")
-    if by_entity:
-        systems = [s for s in SYSTEMS if s in next(iter(by_entity.values()))]
-        lines += [
-            "Recall@1 (%) per entity:",
-            "",
-            "| modality | level | entity | queries | " + " | ".join(systems) + " |",
-            "|---|---|---|---|" + "---|" * len(systems),
-        ]
-        for entity, entry in by_entity.items():
-            scores = " | ".join(_percent(entry[s]) for s in systems)
-            lines.append(f"| {entry['modality']} | {entry['level']} | {entity} | {entry['queries']} | {scores} |")
-        lines.append("")
-    montage = metrics.get("montage")
-    if montage:
-        marks = ", ".join(
-            f"#{h['rank']} {h['study_id']} ({'relevant' if h['relevant'] else 'not relevant'})" for h in montage["hits"]
+    return [*lines, "", "![Recall@k](figures/recall_bars.png)", ""]
+
+
+def _retrieval_rows(modality: str, level: str, entry: dict) -> list[str]:
+    """The table rows of one modality and level: chance (when known), then each system."""
+    rows = []
+    chance = entry.get("chance")
+    if chance:
+        rows.append(
+            f"| {modality} | {level} | {entry['queries']} | *chance* | {_percent(chance['recall@1'])} | "
+            f"{_percent(chance['recall@3'])} | {_percent(chance['recall@5'])} | |"
         )
-        lines += [
-            f"Search for `{montage['query']}` under *{montage['entity']}*: {marks}. Heat-maps show the "
-            "conditioner's attention over each image.",
-            "",
-            f"![montage]({montage['figure']})",
-            "",
-        ]
+    for system in (s for s in SYSTEMS if s in entry):
+        stats = entry[system]
+        low, high = stats["recall@1_ci95"]
+        rows.append(
+            f"| {modality} | {level} | {entry['queries']} | {system} | {_percent(stats['recall@1'])} "
+            f"[{_percent(low)}-{_percent(high)}] | {_percent(stats['recall@3'])} | "
+            f"{_percent(stats['recall@5'])} | {_percent(stats['ndcg@5'])} |"
+        )
+    return rows
+
+
+def _expert_lines(metrics: dict) -> list[str]:
+    """How far stage 1 moved each modality family's expert."""
+    experts = metrics.get("expert_changes")
+    if not experts:
+        return []
+    lines = [
+        "Each modality family has its own expert in the vision encoder's feed-forward layers; how far "
+        "stage 1 moved each from its initial weights (relative distance; 0 would mean the family never trained):",
+        "",
+        "| expert (modality) | relative change | test queries |",
+        "|---|---|---|",
+    ]
+    for modality, change in experts.items():
+        queries = metrics["retrieval"].get(modality, {}).get("all", {}).get("queries", 0)
+        lines.append(f"| {modality} | {change:.3f} | {queries} |")
+    lines.append("")
+    return lines
+
+
+def _entity_retrieval_lines(metrics: dict) -> list[str]:
+    """Recall@1 per entity and system."""
+    by_entity = metrics.get("retrieval_by_entity")
+    if not by_entity:
+        return []
+    systems = [s for s in SYSTEMS if s in next(iter(by_entity.values()))]
+    lines = [
+        "Recall@1 (%) per entity:",
+        "",
+        "| modality | level | entity | queries | " + " | ".join(systems) + " |",
+        "|---|---|---|---|" + "---|" * len(systems),
+    ]
+    for entity, entry in by_entity.items():
+        scores = " | ".join(_percent(entry[s]) for s in systems)
+        lines.append(f"| {entry['modality']} | {entry['level']} | {entity} | {entry['queries']} | {scores} |")
+    lines.append("")
+    return lines
+
+
+def _montage_lines(metrics: dict) -> list[str]:
+    """The example search and its montage figure."""
+    montage = metrics.get("montage")
+    if not montage:
+        return []
+    marks = ", ".join(
+        f"#{h['rank']} {h['study_id']} ({'relevant' if h['relevant'] else 'not relevant'})" for h in montage["hits"]
+    )
+    return [
+        f"Search for `{montage['query']}` under *{montage['entity']}*: {marks}. Heat-maps show the "
+        "conditioner's attention over each image.",
+        "",
+        f"![montage]({montage['figure']})",
+        "",
+    ]
+
+
+def _closed_vqa_lines(metrics: dict) -> list[str]:
+    """Closed-ended accuracy of the VLM's scorings and the baselines, the tests, and the strata."""
     closed = metrics["vqa"]["closed"]
-    lines += [
+    baselines = closed.get("baselines") or {"text_only": closed["text_only"]}
+    lines = [
         "## Comparative VQA (test split)",
         "",
         "| system | closed-ended accuracy % [95% CI] | questions |",
         "|---|---|---|",
     ]
-    scorings = {
-        "letter": "MedReCo-VLM (images + question; option letter)",
-        "answer": "MedReCo-VLM (images + question; answer likelihood)",
-    }
-    systems = [(scorings.get(name, name), entry) for name, entry in closed["by_scoring"].items()]
-    names = {"text_only": "text-only baseline (question only)", "majority": "majority answer (most often right option)"}
-    baselines = closed.get("baselines") or {"text_only": closed["text_only"]}
-    for label, entry in [*systems, *((names.get(name, name), entry) for name, entry in baselines.items())]:
+    systems = [(_SCORINGS.get(name, name), entry) for name, entry in closed["by_scoring"].items()]
+    for label, entry in [*systems, *((_BASELINE_NAMES.get(name, name), entry) for name, entry in baselines.items())]:
         lines.append(
             f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
             f"| {entry['questions']} |"
@@ -211,9 +269,15 @@ def markdown_report(metrics: dict) -> str:
     for name, entry in baselines.items():
         test = entry.get("clustered") or (closed.get("clustered") if name == "text_only" else None)
         if test:
-            label = f"VLM ({closed['scoring']}) vs {names.get(name, name)}, clustered by patient"
+            label = f"VLM ({closed['scoring']}) vs {_BASELINE_NAMES.get(name, name)}, clustered by patient"
             label += " (the first of the pair's two, sorted)"
             lines += [_clustered_sentence(label, test), ""]
+    return lines + _closed_vqa_strata(closed)
+
+
+def _closed_vqa_strata(closed: dict) -> list[str]:
+    """The VLM's accuracy by question dimension and by entity, where measured."""
+    lines = []
     for key, title in (("by_dimension", "question dimension"), ("by_entity", "entity")):
         if not closed.get(key):
             continue
@@ -221,8 +285,13 @@ def markdown_report(metrics: dict) -> str:
         for name, entry in closed[key].items():
             lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")
         lines.append("")
+    return lines
+
+
+def _open_ended_lines(metrics: dict) -> list[str]:
+    """Open-ended answer scores and a few example answers."""
     scores = metrics["vqa"]["open_ended"]
-    lines += [
+    lines = [
         "",
         f"Open-ended answers ({scores['questions']} questions): "
         + ", ".join(f"{name} {value:.3f}" for name, value in scores.items() if name != "questions")
@@ -238,8 +307,13 @@ def markdown_report(metrics: dict) -> str:
             f"| {example['study_a']} vs {example['study_b']} | {example['question']} | {example['reference']} | "
             f"{example['answer'] or '(empty)'} |"
         )
+    return lines
+
+
+def _longitudinal_lines(metrics: dict) -> list[str]:
+    """Change-label accuracy, its baselines, its strata and the confusion matrix."""
     longitudinal = metrics["longitudinal"]
-    lines += [
+    lines = [
         "",
         "## Longitudinal follow-up (same patient, prior vs current)",
         "",
@@ -248,7 +322,7 @@ def markdown_report(metrics: dict) -> str:
         "",
     ]
     for name, entry in longitudinal.get("baselines", {}).items():
-        label = f"VLM vs {names.get(name, name)} ({_percent(entry['accuracy'])}%"
+        label = f"VLM vs {_BASELINE_NAMES.get(name, name)} ({_percent(entry['accuracy'])}%"
         label += ", fitted on the training follow-up questions)"
         lines += [_clustered_sentence(label, entry["clustered"]) if "clustered" in entry else label + ".", ""]
     lines += [
@@ -258,14 +332,18 @@ def markdown_report(metrics: dict) -> str:
     for stratum in ("by_label", "by_attribute", "by_entity"):
         for value, entry in longitudinal[stratum].items():
             lines.append(f"| {stratum[3:]} | {value} | {_percent(entry['accuracy'])} | {entry['questions']} |")
-    lines += ["", "![confusion matrix](figures/confusion.png)", "", "## Wall time (seconds)", ""]
-    lines += ["| step | seconds |", "|---|---|"]
+    return [*lines, "", "![confusion matrix](figures/confusion.png)", ""]
+
+
+def _wall_time_and_model_lines(metrics: dict) -> list[str]:
+    """Seconds per step, and where the trained models are."""
+    lines = ["## Wall time (seconds)", "", "| step | seconds |", "|---|---|"]
     lines += [f"| {name} | {value:.1f} |" for name, value in metrics.get("wall_time_seconds", {}).items()]
-    models = run.get("models", {})
+    models = metrics.get("run", {}).get("models", {})
     if models:
         lines += ["", "Trained models (load with `AutoModel` / `AutoModelForImageTextToText.from_pretrained`):", ""]
         lines += [f"- {name}: `{path}`" for name, path in models.items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def html_report(markdown: str) -> str:

@@ -117,7 +117,26 @@ def model_card(
     kind = FAMILIES[family]
     scores = [score if isinstance(score, Score) else Score(*score) for score in evaluation or []]
     name = model_name or f"medreco-{family}"
-    metadata = ModelCardData(
+    metadata = _card_metadata(family, kind, scores, name, base_model, datasets)
+    lines = [
+        *_description_lines(family, kind, name, data_description),
+        *_training_table(training),
+        *_evaluation_table(scores),
+        *_closing_lines(limitations),
+    ]
+    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def _card_metadata(
+    family: str,
+    kind: Family,
+    scores: list[Score],
+    name: str,
+    base_model: str | list[str] | None,
+    datasets: list[str] | None,
+) -> ModelCardData:
+    """The YAML metadata the Hub reads, with a `model-index` entry per score."""
+    return ModelCardData(
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag=kind.pipeline_tag,
@@ -125,23 +144,27 @@ def model_card(
         datasets=datasets,
         tags=["medreco", "radiology", "medical-imaging", "comparative-reasoning", f"medreco-{family}"],
         model_name=name if scores else None,
-        eval_results=[
-            EvalResult(
-                task_type=kind.task_type,
-                task_name=score.task,
-                dataset_type=score.dataset,
-                dataset_name=score.dataset,
-                dataset_config=score.task,  # one model-index entry per task
-                dataset_split=score.split,
-                metric_type=score.metric,
-                metric_name=score.label(),
-                metric_value=round(float(score.value), 6),
-            )
-            for score in scores
-        ]
-        or None,
+        eval_results=[_eval_result(kind, score) for score in scores] or None,
     )
-    lines = [
+
+
+def _eval_result(kind: Family, score: Score) -> EvalResult:
+    return EvalResult(
+        task_type=kind.task_type,
+        task_name=score.task,
+        dataset_type=score.dataset,
+        dataset_name=score.dataset,
+        dataset_config=score.task,  # one model-index entry per task
+        dataset_split=score.split,
+        metric_type=score.metric,
+        metric_name=score.label(),
+        metric_value=round(float(score.value), 6),
+    )
+
+
+def _description_lines(family: str, kind: Family, name: str, data_description: str) -> list[str]:
+    """Title, intended use, how to load and call the model, and its training data."""
+    return [
         f"# {name}",
         "",
         f"A {kind.description}, from the `medreco` package (MedReCo: comparative reasoning in radiology).",
@@ -170,19 +193,34 @@ def model_card(
         data_description or "Not described.",
         "",
     ]
-    if training:
-        lines += ["## Training", "", "| phase | steps | first loss | last loss |", "|---|---|---|---|"]
-        for phase, summary in training.items():
-            first, last = (_number(summary.get(key)) for key in ("first_loss", "last_loss"))
-            lines.append(f"| {phase} | {summary.get('steps', '')} | {first} | {last} |")
-        lines.append("")
-    if scores:
-        lines += ["## Evaluation", "", "| task | metric | value | 95% interval | n |", "|---|---|---|---|---|"]
-        for score in scores:
-            interval = f"{score.interval[0]:.4f}-{score.interval[1]:.4f}" if score.interval else ""
-            lines.append(f"| {score.task} | {score.metric} | {score.value:.4f} | {interval} | {score.n or ''} |")
-        lines.append("")
-    lines += [
+
+
+def _training_table(training: dict | None) -> list[str]:
+    """The Training section (steps and first/last loss per phase), or nothing without a summary."""
+    if not training:
+        return []
+    lines = ["## Training", "", "| phase | steps | first loss | last loss |", "|---|---|---|---|"]
+    for phase, summary in training.items():
+        first, last = (_number(summary.get(key)) for key in ("first_loss", "last_loss"))
+        lines.append(f"| {phase} | {summary.get('steps', '')} | {first} | {last} |")
+    lines.append("")
+    return lines
+
+
+def _evaluation_table(scores: list[Score]) -> list[str]:
+    """The Evaluation section (one row per score), or nothing without scores."""
+    if not scores:
+        return []
+    lines = ["## Evaluation", "", "| task | metric | value | 95% interval | n |", "|---|---|---|---|---|"]
+    for score in scores:
+        interval = f"{score.interval[0]:.4f}-{score.interval[1]:.4f}" if score.interval else ""
+        lines.append(f"| {score.task} | {score.metric} | {score.value:.4f} | {interval} | {score.n or ''} |")
+    lines.append("")
+    return lines
+
+
+def _closing_lines(limitations: str) -> list[str]:
+    return [
         "## Limitations",
         "",
         limitations or "Research code; not a medical device and not for clinical use.",
@@ -192,7 +230,6 @@ def model_card(
         PRIVACY,
         "",
     ]
-    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
 def _number(value) -> str:

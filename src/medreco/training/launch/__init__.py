@@ -1,6 +1,9 @@
 """Accelerate launch configurations shipped with the package, and the DeepSpeed JSONs they name.
 
-The YAML files here name their DeepSpeed JSON by file name only; `launch_config` returns the text
+The files live once, in the repository's `accelerate_configs/` (where users of TRL and the alignment
+handbook look: `accelerate launch --config_file accelerate_configs/deepspeed_zero3.yaml ...` from a
+clone's root); the package reaches them through `configs/`, a link to that folder, and installs copies.
+A YAML names its DeepSpeed JSON relative to the repository root; `launch_config` returns the text
 with the installed JSON's absolute path, and `write_launch_config` writes the YAML and a copy of
 its JSON into a folder, so `accelerate launch --config_file ...` works from any working folder:
 
@@ -45,7 +48,7 @@ def _top_level(key: str) -> re.Pattern[str]:
 
 
 def _folder() -> Path:
-    return Path(str(resources.files(__name__)))
+    return Path(str(resources.files(__name__))) / "configs"
 
 
 def launch_config_names() -> tuple[str, ...]:

@@ -1,0 +1,114 @@
+"""The `medreco` command line: it parses and dispatches, the work is the Python API's.
+
+Each module of this package is one group of sub-commands. A sub-command is a pair of small
+functions, `_<name>_arguments(parser)` declaring its options and `_<name>(args)` calling the API and
+printing the result; the module lists them as `Command`s in its `COMMANDS`, and `GROUPS` gives the
+help order. `main` is the one entry point: a failure a user can cause exits with status 2 and one
+line naming the file and the problem."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from . import data, demo, evaluation, hub, images, inference, info, public_datasets, training
+from .command import Command
+
+# in help order (and the order `invalid choice` messages list them in): `manifest`, the newest, last
+GROUPS = (info, hub, images, data, training, inference, evaluation, demo, public_datasets)
+COMMANDS: list[Command] = [command for group in GROUPS for command in group.COMMANDS]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors in one line (like every other failure) instead of the usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="medreco", description="Comparative reasoning in radiology.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for spec in COMMANDS:
+        command = commands.add_parser(spec.name, help=spec.help)
+        spec.arguments(command)
+        command.set_defaults(handler=spec.run)
+    return parser
+
+
+def failure_line(error: BaseException) -> str:
+    """One line naming the path and the problem, for an expected failure."""
+    if isinstance(error, ModuleNotFoundError):
+        extra = {"accelerate": "train", "trl": "train", "peft": "train", "faiss": "index", "matplotlib": "ui"}
+        hint = extra.get((error.name or "").split(".")[0])
+        advice = f'pip install "medreco[{hint}]"' if hint else f"pip install {error.name}"
+        return f"needs the package {error.name!r} ({advice})"
+    if isinstance(error, OSError) and error.filename is not None:
+        paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+        text = f"{paths}: {error.strerror or error.__class__.__name__}"
+    else:
+        text = str(error) or error.__class__.__name__
+    return " ".join(text.split())  # messages listing several items fold into the one line
+
+
+OUTPUT_ARGUMENTS = ("out", "plot", "destination", "pseudonyms")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse an output that cannot be written before any work is done: its nearest existing
+    ancestor must be a writable folder (a file there, or a read-only folder, is found in a second,
+    not after an hour of encoding)."""
+    import errno
+    import os
+
+    for name in OUTPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        if not value:
+            continue
+        ancestor = Path(value).absolute().parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file, so nothing can be written under it", str(ancestor))
+        if not os.access(ancestor, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(ancestor))
+
+
+def _hide_library_progress_bars() -> None:
+    """Hugging Face's own bars ("Loading weights", "Writing model shards") say nothing a user acts
+    on; ours (encoding, training, mining) stay. `-v` shows them all."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when the libraries are imported
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `medreco` command: every failure a user can cause (a bad argument, a missing, damaged or
+    unwritable path, a missing package) ends with exit status 2 and one line on stderr naming the
+    path and the problem; an interruption with 130. Anything else is a bug and shows its traceback."""
+    from ..errors import MedReCoError
+
+    args = build_parser().parse_args(argv)
+    if not args.verbose:
+        _hide_library_progress_bars()
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        check_output_paths(args)
+        return args.handler(args)
+    except (MedReCoError, ValueError, OSError, ImportError) as error:
+        print(f"medreco {args.command}: error: {failure_line(error)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"medreco {args.command}: interrupted (what was committed is kept; run it again to resume)", file=sys.stderr
+        )
+        return 130

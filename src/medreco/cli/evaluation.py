@@ -1,0 +1,94 @@
+"""Evaluation: retrieval on a mined folder (`evaluate`), a public set on a VLM (`evaluate-public`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .command import Command
+
+
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--mined", required=True)
+    parser.add_argument("--reranker")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--rerank-top", type=int, default=10)
+    parser.add_argument(
+        "--clip-model",
+        action="append",
+        default=[],
+        metavar="NAME_OR_PATH",
+        help="also rank with a CLIP-style model's whole-image similarity (repeatable)",
+    )
+    parser.add_argument("--out", help="write the per-query results and summary (JSON)")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
+    from ..atomic import write_text_atomically
+    from ..data.mining import MinedData
+    from ..evaluation import ClipBaseline, evaluate_retrieval
+    from ..inference import RerankerScorer, RetrievalEncoder
+
+    encoder = RetrievalEncoder.from_pretrained(args.model)
+    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    data = MinedData(args.mined)
+    clip = {f"clip:{Path(name).name}": ClipBaseline(name, data.studies) for name in args.clip_model}
+    report = evaluate_retrieval(
+        encoder, data, args.split, reranker, args.rerank_top, extra_systems=clip, progress=not args.quiet
+    )
+    if args.out:
+        write_text_atomically(args.out, json.dumps(report, indent=1))
+    for modality, levels in report["summary"].items():
+        for level, entry in levels.items():
+            systems = {k: v for k, v in entry.items() if isinstance(v, dict) and "recall@1" in v}
+            cells = "  ".join(
+                f"{name} R@1/3/5 {v['recall@1']:.2f}/{v['recall@3']:.2f}/{v['recall@5']:.2f}"
+                for name, v in systems.items()
+            )
+            print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
+    return 0
+
+
+def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
+    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
+    parser.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
+    parser.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
+    parser.add_argument("--split", default="test", help="Medical-Diff-VQA split")
+    parser.add_argument("--out", help="write the results (JSON)")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def _evaluate_public(args: argparse.Namespace) -> int:
+    """A public evaluation set on a saved VLM: accuracy (closed) or text scores (open-ended)."""
+    from ..atomic import write_text_atomically
+    from ..evaluation import run_public_set
+
+    result = run_public_set(
+        args.name, args.model, args.data, args.images, args.limit, args.split, progress=not args.quiet
+    )
+    if args.out:
+        write_text_atomically(args.out, json.dumps(result, indent=1))
+    if "scores" in result:
+        cells = "  ".join(f"{name} {value:.3f}" for name, value in result["scores"].items() if name != "questions")
+        print(f"{args.name} (n={result['items']}): {cells}")
+    else:
+        low, high = result["ci95"]
+        print(f"{args.name} accuracy {result['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] (n={result['questions']})")
+    return 0
+
+
+COMMANDS = (
+    Command("evaluate", "retrieval Recall@k/NDCG: entity, entity+rerank, holistic", _evaluate_arguments, _evaluate),
+    Command(
+        "evaluate-public",
+        "a public paired-image evaluation set: MMXU, MS-CXR-T, Medical-Diff-VQA",
+        _evaluate_public_arguments,
+        _evaluate_public,
+    ),
+)

@@ -1,0 +1,117 @@
+"""Inference with trained models: `index` an archive, `search` it, `compare` two studies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .command import Command
+
+
+def _index_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="stage-1 output folder (model, tokenizer, image processor)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mined", help="mined folder: index its studies")
+    source.add_argument("--manifest", help="CSV/JSONL with image, modality (and study_id)")
+    parser.add_argument("--split", help="with --mined: only this split")
+    parser.add_argument("--entity", action="append", help="precompute this entity's embeddings (repeatable)")
+    parser.add_argument("--out", required=True, help="index folder")
+    parser.add_argument(
+        "--commit-every", type=int, default=64, help="studies encoded between commits (a kill loses at most these)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+
+
+def _index(args: argparse.Namespace) -> int:
+    """Encode an archive (mined studies or a manifest) into a gallery index; resumes if interrupted."""
+    from ..data.mining import MinedData, read_study_manifest
+    from ..inference import index_archive
+
+    if args.mined:
+        studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
+    else:
+        studies = read_study_manifest(args.manifest, required=("image", "modality"))
+    result = index_archive(args.model, args.out, studies, args.entity or (), not args.quiet, args.commit_every)
+    print(json.dumps(result))
+    if result["unreadable"]:
+        print(
+            f"medreco index: {len(result['unreadable'])} unreadable image(s) skipped (listed in "
+            f"{Path(args.out) / 'index.json'}; fixed ones are indexed on the next run)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _search_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--model", required=True, help="the stage-1 model the index was built with")
+    parser.add_argument("--modality", required=True)
+    parser.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
+    parser.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--rerank-top", type=int, default=20)
+    parser.add_argument("--fusion-weight", type=float, default=0.5)
+    parser.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
+    parser.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
+    parser.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
+    parser.add_argument("--json", action="store_true")
+
+
+def _search(args: argparse.Namespace) -> int:
+    """Rank an index for a query study under an entity (or whole-image), optionally reranked."""
+    from ..inference import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher
+
+    encoder = RetrievalEncoder.from_pretrained(args.model)
+    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    searcher = Searcher(GalleryIndex(args.index, encoder), reranker, args.fusion_weight)
+    search = (args.query, args.modality, args.entity, args.top_k, args.rerank_top, args.approximate)
+    hits, extras = searcher.search(*search, exclude=set(args.exclude or []))
+    if args.json:
+        print(json.dumps([h.to_dict() for h in hits], indent=2))
+    else:
+        print(f"{'rank':>4}  {'study':<20} {'cosine':>7} {'reranker':>8} {'fused':>6}")
+        for h in hits:
+            probability = "-" if h.reranker_probability is None else f"{h.reranker_probability:.3f}"
+            print(f"{h.rank:>4}  {h.study_id:<20} {h.cosine:>7.3f} {probability:>8} {h.fused:>6.3f}")
+    if args.plot:
+        searcher.plot(args.query, args.modality, hits, extras, args.plot, title=args.entity or "whole image")
+        print(f"montage written to {args.plot}")
+    return 0
+
+
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("first", help="prior (or query) study")
+    parser.add_argument("second", help="current (or reference) study")
+    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--question", required=True)
+    parser.add_argument("--modality", default="chest_xray")
+    parser.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
+    parser.add_argument(
+        "--entity",
+        help="the finding the question is about, for a VLM with entity tokens (default: the one the question names)",
+    )
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """The comparative VLM's answer to a question about two studies."""
+    from ..inference import ComparativeReader
+
+    reader = ComparativeReader.from_pretrained(args.model)
+    answer = reader.answer(
+        args.first, args.second, args.question, args.modality, tuple(args.labels), entity=args.entity
+    )
+    if not answer:
+        print(f"medreco compare: the model at {args.model} generated no text (is it trained?)", file=sys.stderr)
+        return 1
+    print(answer)
+    return 0
+
+
+COMMANDS = (
+    Command("index", "encode an archive into a gallery index (resumable)", _index_arguments, _index),
+    Command("search", "rank an index for a query study under an entity", _search_arguments, _search),
+    Command("compare", "the comparative VLM's answer about two studies", _compare_arguments, _compare),
+)

@@ -1,0 +1,42 @@
+"""`medreco info`: the models' parameter counts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .command import Command
+
+
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=["paper", "tiny"], help="only this size (default: all)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _info(args: argparse.Namespace) -> int:
+    """Parameter counts of every model family at each preset size."""
+    from ..factory import FAMILIES, PRESETS, parameter_summary
+
+    presets = [args.preset] if args.preset else sorted(PRESETS)
+    summary = {preset: {family: parameter_summary(family, preset) for family in FAMILIES} for preset in presets}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    for preset, families in summary.items():
+        print(f"preset {preset!r}")
+        for family, counts in families.items():
+            active = {name: n for name, n in counts.items() if name != "total"}
+            print(f"  {family:<10} total {_human(counts['total']):>8}")
+            for modality, n in active.items():
+                print(f"  {'':<10}   active for {modality:<13} {_human(n):>8}")
+    return 0
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
+COMMANDS = (Command("info", "parameter counts of each model (total and active per modality)", _info_arguments, _info),)
