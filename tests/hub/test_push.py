@@ -186,7 +186,9 @@ def test_save_pretrained_with_push_to_hub_uploads_the_processors_code_too(tmp_pa
         files = hub.files("lab/image-processor")
     config = json.loads(files["preprocessor_config.json"])
     assert config["auto_map"] == {"AutoImageProcessor": "image_processing_medreco.MedReCoImageProcessor"}
-    assert {"image_processing_medreco.py", "readers.py", "errors.py"} <= set(files)
+    assert {"image_processing_medreco.py", "readers.py", "readers_dicom.py", "readers_base.py", "errors.py"} <= set(
+        files
+    )
     assert (tmp_path / "processor" / "image_processing_medreco.py").is_file()  # the local folder has it too
 
 

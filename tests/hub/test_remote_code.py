@@ -29,7 +29,9 @@ def test_flat_sources_rewrite_package_imports_and_refuse_what_cannot_be_flat(tmp
     import medreco.processing.processing_vlm as module
 
     sources = flat_sources(module.__file__)
-    assert {"processing_vlm.py", "image_processing_medreco.py", "readers.py", "errors.py", "atomic.py"} <= set(sources)
+    assert {"processing_vlm.py", "image_processing_medreco.py", "errors.py", "atomic.py"} <= set(sources)
+    readers = {path.stem for path in (Path(module.__file__).parent / "readers").glob("*.py")} - {"__init__"}
+    assert {"readers.py", *(f"readers_{stem}.py" for stem in readers)} <= set(sources)  # a package, laid out flat
     assert "configuration_vision.py" in sources  # the modality table, from medreco.modeling
     for name, source in sources.items():
         for node in ast.walk(ast.parse(source)):
@@ -48,6 +50,55 @@ def test_flat_sources_rewrite_package_imports_and_refuse_what_cannot_be_flat(tmp
     (package / "sub" / "entry.py").write_text("from .. import errors\n")
     with pytest.raises(RemoteCodeError, match="cannot be laid out flat"):
         flat_sources(package / "sub" / "entry.py")
+
+
+def test_flat_sources_lay_out_an_imported_package_as_modules_named_after_it(tmp_path):
+    import importlib
+    import sys
+
+    package = tmp_path / "package"
+    (package / "formats" / "deep").mkdir(parents=True)
+    (package / "errors.py").write_text("E = 1\n")
+    (package / "entry.py").write_text("from .formats import TOTAL\n")
+    (package / "formats" / "__init__.py").write_text("from .dicom import D\nfrom .deep import X\n\nTOTAL = D + X\n")
+    (package / "formats" / "base.py").write_text("from ..errors import E\n\nB = E + 1\n")
+    (package / "formats" / "dicom.py").write_text("from .base import (\n    B,\n)\n\nD = B + 1\n")
+    (package / "formats" / "deep" / "__init__.py").write_text("from .leaf import X\n")
+    (package / "formats" / "deep" / "leaf.py").write_text(
+        "from ...errors import E\nfrom ..base import B\n\nX = E + B\n"
+    )
+    sources = flat_sources(package / "entry.py")
+    assert set(sources) == {
+        "entry.py",
+        "errors.py",
+        "formats.py",
+        "formats_base.py",
+        "formats_dicom.py",
+        "formats_deep.py",
+        "formats_deep_leaf.py",
+    }
+    assert sources["formats.py"].startswith("from .formats_dicom import D\nfrom .formats_deep import X\n")
+    assert sources["formats_dicom.py"].count("\n") == 5  # the multi-line import keeps its lines
+    flat = tmp_path / "flat_formats"
+    flat.mkdir()
+    (flat / "__init__.py").write_text("")
+    for name, source in sources.items():
+        (flat / name).write_text(source)
+    assert flat_sources(flat / "entry.py") == sources  # what was laid out flat saves the same files
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert importlib.import_module("flat_formats.entry").TOTAL == importlib.import_module("package.entry").TOTAL
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m.startswith(("flat_formats", "package"))]:
+            del sys.modules[name]
+    (package / "formats_base.py").write_text("")
+    (package / "entry.py").write_text("from .formats import TOTAL\nfrom .formats_base import *\n")
+    with pytest.raises(RemoteCodeError, match=r"two modules named formats_base\.py"):
+        flat_sources(package / "entry.py")
+    (package / "entry.py").write_text("from .nowhere import X\n")
+    with pytest.raises(RemoteCodeError, match=r"\.nowhere is neither a module file nor a package"):
+        flat_sources(package / "entry.py")
 
 
 def test_flat_sources_rewrite_multi_line_and_nested_imports_into_a_package_that_imports(tmp_path):

@@ -564,3 +564,13 @@ def test_monochrome1_series_is_inverted_alike_in_every_slice(tmp_path):
         dataset.save_as(file)
     inverted = load_image(tmp_path / "m1")
     np.testing.assert_array_equal(inverted.array, plain.array)
+
+
+def test_a_png_over_the_size_limit_is_refused_as_too_large_not_as_unreadable(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "wide.png"
+    Image.new("L", (2000, 2000)).save(path)
+    with pytest.raises(ImageTooLargeError, match=r"wide\.png: a 2000x2000 image \(.*\) exceeds the reader's limit"):
+        load_image(path, ReaderOptions(max_image_bytes=1_000_000))
+    assert load_image(path).array.shape[-2:] == (2000, 2000)  # within the default limit it reads

@@ -462,3 +462,38 @@ def test_ultrasound_written_another_way(tmp_path):
     luminance = rgb[1].astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
     np.testing.assert_allclose(image.array[0], luminance, atol=1e-3)
     assert image.geometry.spacing == pytest.approx((1.0, 0.5, 0.2))
+
+
+def test_load_image_reads_with_the_first_reader_that_takes_the_path(tmp_path):
+    """One reader per format (`verify_suffix`, `read`, `get_data`); a folder is a series whatever its
+    name, and DICOM, which has no fixed suffix, takes every file no other format claims."""
+    from medreco.processing.readers import (
+        READERS,
+        DicomFileReader,
+        DicomSeriesReader,
+        NiftiReader,
+        RasterReader,
+        VolumeFileReader,
+    )
+
+    expected = {
+        "scan.nii.gz": NiftiReader,
+        "SCAN.NII": NiftiReader,
+        "ct.volume.json": VolumeFileReader,
+        "cxr.png": RasterReader,
+        "us.JPEG": RasterReader,
+        "IM0001": DicomFileReader,
+        "slice.dcm.gz": DicomFileReader,
+        "brain.mgz": None,  # refused: convert it first
+    }
+    for name, reader in expected.items():
+        (tmp_path / name).write_bytes(b"")
+        assert next((r for r in READERS if r().verify_suffix(tmp_path / name)), None) is reader, name
+    (tmp_path / "series.nii").mkdir()
+    assert next(r for r in READERS if r().verify_suffix(tmp_path / "series.nii")) is DicomSeriesReader
+    with pytest.raises(UnsupportedImageError, match="convert it to NIfTI"):
+        load_image(tmp_path / "brain.mgz")
+    path = write_nifti_volume(tmp_path / "volume.nii.gz", box_phantom())
+    reader = NiftiReader(ReaderOptions())
+    image = reader.get_data(reader.read(path))
+    assert np.array_equal(image.array, load_image(path).array) and np.allclose(image.geometry.spacing, (2.0, 0.8, 0.6))

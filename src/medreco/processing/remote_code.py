@@ -2,9 +2,12 @@
 
 transformers loads remote code from one flat folder and follows only `from .module import ...`
 imports. The processors live in a package and import its shared modules (`..errors`, `..atomic`,
-`..modeling.configuration_vision`), so saving copies the processor's module and everything it imports
-from medreco, each import rewritten to the flat form (`from ..errors import X` -> `from .errors
-import X`). A processor loaded from such a folder (its modules already flat) saves the same files."""
+`..modeling.configuration_vision`) and packages (`.readers`), so saving copies the processor's module
+and everything it imports from medreco, each import rewritten to the flat form (`from ..errors import
+X` -> `from .errors import X`). A package imported as such is laid out as one module per file, named
+after the package: `readers/__init__.py` as `readers.py`, `readers/dicom.py` as `readers_dicom.py`
+(`from .dicom import X` inside it -> `from .readers_dicom import X`). A processor loaded from such a
+folder (its modules already flat) saves the same files."""
 
 from __future__ import annotations
 
@@ -21,50 +24,83 @@ from ..errors import MedReCoError
 
 
 class RemoteCodeError(MedReCoError, RuntimeError):
-    """The processor's code cannot be laid out flat (a package import, two modules with one name, or
-    a module of that name already in the folder with other code)."""
+    """The processor's code cannot be laid out flat (`from . import module`, an import of something
+    that is no module or package, two modules with one flat name, or a module of that name already in
+    the folder with other code)."""
+
+
+def _shown(path: Path) -> str:
+    """A module file as error messages name it (a package's `__init__.py` with its folder)."""
+    return f"{path.parent.name}/{path.name}" if path.name == "__init__.py" else path.name
 
 
 def _imported_file(node: ast.ImportFrom, importer: Path) -> Path:
+    """The file a relative import loads: the module `x.py`, or the package's `x/__init__.py`."""
     base = importer.parent
     for _ in range(node.level - 1):
         base = base.parent
     if not node.module:
-        raise RemoteCodeError(f"{importer.name}: `from {'.' * node.level} import ...` cannot be laid out flat")
-    target = base.joinpath(*node.module.split(".")).with_suffix(".py")
-    if not target.is_file():
-        raise RemoteCodeError(f"{importer.name}: {'.' * node.level}{node.module} is not a module file")
-    return target
+        raise RemoteCodeError(f"{_shown(importer)}: `from {'.' * node.level} import ...` cannot be laid out flat")
+    target = base.joinpath(*node.module.split("."))
+    if (target / "__init__.py").is_file():  # as Python does, a package before a module of its name
+        return target / "__init__.py"
+    if target.with_suffix(".py").is_file():
+        return target.with_suffix(".py")
+    raise RemoteCodeError(f"{_shown(importer)}: {'.' * node.level}{node.module} is neither a module file nor a package")
+
+
+def _flat_stem(path: Path, packages: set[Path]) -> str:
+    """The module name of `path` in the flat folder: its own, or, inside a package laid out flat, the
+    package's flat name and its own (`readers/dicom.py` -> `readers_dicom`, `readers/__init__.py` ->
+    `readers`)."""
+    if path.parent not in packages:
+        return path.stem
+    package = _flat_stem(path.parent, packages)
+    return package if path.name == "__init__.py" else f"{package}_{path.stem}"
+
+
+def _relative_imports(path: Path, tree: ast.Module) -> list[tuple[ast.ImportFrom, Path]]:
+    """Each relative import of a module with the file it loads; an absolute import of medreco is refused."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(name.split(".")[0] == "medreco" for name in names):
+                raise RemoteCodeError(f"{_shown(path)} imports medreco by name; use a relative import")
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node, _imported_file(node, path).resolve()))
+    return found
 
 
 def flat_sources(entry: str | Path) -> dict[str, str]:
     """The module `entry` and every module it imports relatively (recursively), as `{file name: source}`
-    with each relative import rewritten to the flat form."""
-    sources: dict[str, str] = {}
-    origins: dict[str, Path] = {}
+    with each relative import rewritten to the flat form; packages are laid out as their modules."""
+    texts: dict[Path, str] = {}
+    imports: dict[Path, list[tuple[ast.ImportFrom, Path]]] = {}
     pending = [Path(entry).resolve()]
-    while pending:
+    while pending:  # first every module reached, to know which packages are laid out flat
         path = pending.pop()
-        if path.name in origins:
-            if origins[path.name] != path:
-                raise RemoteCodeError(f"two modules named {path.name}: {origins[path.name]} and {path}")
+        if path in texts:
             continue
-        origins[path.name] = path
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        for node in ast.walk(ast.parse("".join(lines))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-                if any(name.split(".")[0] == "medreco" for name in names):
-                    raise RemoteCodeError(f"{path.name} imports medreco by name; use a relative import")
-            elif isinstance(node, ast.ImportFrom):
-                target = _imported_file(node, path)
-                pending.append(target.resolve())
-                if node.level > 1 or "." in node.module:
-                    first, last = node.lineno - 1, node.end_lineno - 1
-                    text = "".join(lines[first : last + 1])
-                    lines[first] = text.replace(f"{'.' * node.level}{node.module}", f".{target.stem}", 1)
-                    lines[first + 1 : last + 1] = [""] * (last - first)  # keeps later line numbers valid
-        sources[path.name] = "".join(lines)
+        texts[path] = path.read_text(encoding="utf-8")
+        imports[path] = _relative_imports(path, ast.parse(texts[path]))
+        pending.extend(target for _, target in imports[path])
+    packages = {path.parent for path in texts if path.name == "__init__.py"}
+    origins: dict[str, Path] = {}
+    sources: dict[str, str] = {}
+    for path, text in texts.items():
+        name = f"{_flat_stem(path, packages)}.py"
+        if name in origins:
+            raise RemoteCodeError(f"two modules named {name}: {origins[name]} and {path}")
+        origins[name] = path
+        lines = text.splitlines(keepends=True)
+        for node, target in imports[path]:
+            written, flat = f"{'.' * node.level}{node.module}", f".{_flat_stem(target, packages)}"
+            if written != flat:
+                first, last = node.lineno - 1, node.end_lineno - 1
+                lines[first] = "".join(lines[first : last + 1]).replace(written, flat, 1)
+                lines[first + 1 : last + 1] = [""] * (last - first)  # keeps later line numbers valid
+        sources[name] = "".join(lines)
     return sources
 
 
