@@ -145,3 +145,22 @@ def test_data_rooms_import_only_their_own_level_and_below():
 def test_the_data_layers_name_every_data_room():
     rooms = {m.split(".")[1] for m in GRAPH if m.startswith("data.") and m.count(".") >= 1}
     assert rooms <= set().union(*DATA_LAYERS), rooms - set().union(*DATA_LAYERS)
+
+
+def test_readers_stand_below_the_processors():
+    """`processing/readers/` reads files into `MedicalImage`s: it never imports a processor, the cache
+    or the privacy code, so a reader of one format can be understood (and exported) alone."""
+    for module, imports in GRAPH.items():
+        if module.startswith("processing.readers"):
+            inside = {m for m in imports if m.startswith("processing.")}
+            allowed = {m for m in inside if m.startswith("processing.readers") or m == "processing.geometry"}
+            assert inside == allowed, f"{module} imports {sorted(inside - allowed)}"
+
+
+def test_each_command_group_stands_alone():
+    """`cli/`: `main` (cli/__init__.py) gathers the groups; a group imports no other group."""
+    groups = {m for m in GRAPH if m.startswith("cli.") and m != "cli.command"}
+    for module in groups:
+        others = {m for m in GRAPH[module] if m in groups and m != module}
+        assert others == set(), f"{module} imports {sorted(others)}"
+    assert groups <= GRAPH["cli"] | {"cli.__main__"}

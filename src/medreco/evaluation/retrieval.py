@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..data.mining import MinedData
 from ..data.reports.ontology import entity_prompts
-from ..inference.encoder import RerankerScorer, RetrievalEncoder, fuse_scores
+from ..inference.encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
 from .metrics import clustered_mean, clustered_paired_test, mcnemar_test, ndcg_at_k, recall_at_k, wilson_interval
 
 logger = logging.getLogger(__name__)
@@ -138,49 +138,76 @@ def evaluate_retrieval(
             "holistic": _rank(gallery, whole_features[gallery_index] @ whole_features[query_index]),
         }
         if reranker is not None:
-            order = torch.argsort(entity_scores, descending=True)
-            top = order[:rerank_top]
-            block = encoded[group]
-            inputs = RerankerScorer.pair_inputs(
-                block.tokens[query_index],
-                entity_attention[query_index],
-                entity_features[query_index],
-                block.tokens[gallery_index[top]],
-                entity_attention[gallery_index[top]],
-                entity_features[gallery_index[top]],
-                reranker.reranker.config.top_k,
+            order = _rerank(
+                reranker,
+                encoded[group],
+                (entity_features, entity_attention),
+                query_index,
+                gallery_index,
+                entity_scores,
+                rerank_top,
+                fusion_weight,
             )
-            probabilities = reranker.score(inputs, block.modality_ids[gallery_index[top]])
-            fused = fuse_scores(entity_scores[top], probabilities, fusion_weight)
-            reordered = top[torch.argsort(fused, descending=True)]
-            rankings["entity+rerank"] = [gallery[i] for i in reordered.tolist()] + [
-                gallery[i] for i in order[rerank_top:].tolist()
-            ]
+            rankings["entity+rerank"] = [gallery[i] for i in order]
         for name, system in (extra_systems or {}).items():
             rankings[name] = _rank(gallery, torch.tensor(system(row["query"], gallery)))
-        results.append(
-            {
-                "query": row["query"],
-                "entity_id": row["entity_id"],
-                "modality": row["modality"],
-                "level": entity_level(row["entity_id"]),
-                "relevant": sorted(relevant),
-                "gallery_size": len(gallery),
-                "systems": {
-                    name: {
-                        **{f"recall@{k}": recall_at_k(ranked, relevant, k) for k in KS},
-                        "ndcg@5": ndcg_at_k(ranked, relevant, 5),
-                        "top": ranked[:5],
-                    }
-                    for name, ranked in rankings.items()
-                },
-            }
-        )
+        results.append(_query_result(row, gallery, relevant, rankings))
     patients = {r["query"]: data.studies[r["query"]].patient_id for r in results}
     return {
         "queries": results,
         "summary": summarize_retrieval(results, patients),
         "by_entity": retrieval_by_entity(results),
+    }
+
+
+def _rerank(
+    reranker: RerankerScorer,
+    block: EncodedStudies,
+    conditioned: tuple[torch.Tensor, torch.Tensor],
+    query_index: int,
+    gallery_index: torch.Tensor,
+    entity_scores: torch.Tensor,
+    rerank_top: int,
+    fusion_weight: float,
+) -> list[int]:
+    """Gallery positions by entity similarity, the top `rerank_top` reordered by that score fused
+    with the reranker's probability. `block`: the encoded group of the query and its gallery;
+    `conditioned`: that group's (features, attention) conditioned on the query's entity."""
+    features, attention = conditioned
+    order = torch.argsort(entity_scores, descending=True)
+    top = order[:rerank_top]
+    inputs = RerankerScorer.pair_inputs(
+        block.tokens[query_index],
+        attention[query_index],
+        features[query_index],
+        block.tokens[gallery_index[top]],
+        attention[gallery_index[top]],
+        features[gallery_index[top]],
+        reranker.reranker.config.top_k,
+    )
+    probabilities = reranker.score(inputs, block.modality_ids[gallery_index[top]])
+    fused = fuse_scores(entity_scores[top], probabilities, fusion_weight)
+    reordered = top[torch.argsort(fused, descending=True)]
+    return reordered.tolist() + order[rerank_top:].tolist()
+
+
+def _query_result(row: dict, gallery: list[str], relevant: set[str], rankings: dict[str, list[str]]) -> dict:
+    """One query's record: what it asked, and each system's Recall@k, NDCG@5 and top 5."""
+    return {
+        "query": row["query"],
+        "entity_id": row["entity_id"],
+        "modality": row["modality"],
+        "level": entity_level(row["entity_id"]),
+        "relevant": sorted(relevant),
+        "gallery_size": len(gallery),
+        "systems": {
+            name: {
+                **{f"recall@{k}": recall_at_k(ranked, relevant, k) for k in KS},
+                "ndcg@5": ndcg_at_k(ranked, relevant, 5),
+                "top": ranked[:5],
+            }
+            for name, ranked in rankings.items()
+        },
     }
 
 

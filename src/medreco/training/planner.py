@@ -15,10 +15,10 @@ Strategies: `ddp` replicates everything; `zero2` shards gradients and optimiser 
 ranks; `zero3` and `fsdp2` (full shard) also shard the weights, frozen ones included;
 `zero3_offload` keeps the shards of weights, gradients and optimiser state in CPU RAM (reported
 apart) and only working buffers on the GPU. Activations come from the model configs and the
-recipe's micro batch per rank (see `activation_bytes`), with gradient checkpointing when the
-recipe turns it on. A fixed overhead (CUDA context, NCCL and cuBLAS workspaces:
-`CUDA_CONTEXT_BYTES`, plus `FRAGMENTATION` of everything else for the caching allocator) makes
-"fits" conservative. The estimate is checked against measured peak memory on a CPU
+recipe's micro batch per rank (see `activation_bytes`, built on `medreco.training.activations`),
+with gradient checkpointing when the recipe turns it on. A fixed overhead (CUDA context, NCCL and
+cuBLAS workspaces: `CUDA_CONTEXT_BYTES`, plus `FRAGMENTATION` of everything else for the caching
+allocator) makes "fits" conservative. The estimate is checked against measured peak memory on a CPU
 (tests/training/test_planner.py; docs/training.md#planning-memory)."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVLMConfig
 from ..modeling.modeling_utils import block_classes
 from ..processing import DEFAULT_RECIPES, ModalityRecipe
 from ..processing.processing_vlm import SPECIAL_TOKENS
+from .activations import ActivationBudget, ImageCase, Tower, conditioner_bytes, text_tower, vision_towers
 from .config import OptimizationConfig, Stage1Config, Stage2Config, load_recipe, read_recipe, recipe_path
 
 logger = logging.getLogger(__name__)
@@ -178,158 +179,6 @@ class MemoryEstimate:
         """Weights, gradients, optimiser state and activations: what a single-process run holds at
         its peak, without the GPU's overhead (the number measured on a CPU)."""
         return self.parameters + self.gradients + self.optimizer + self.activations
-
-
-# ------------------------------------------------------------------ activations
-@dataclass(frozen=True)
-class Tower:
-    """A stack of transformer layers one step runs: `sequences` x `length` tokens through `layers`."""
-
-    name: str
-    sequences: int
-    length: int
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_hidden: int
-    gated_mlp: bool = False  # SwiGLU (Qwen2): gate, up, act(gate), product
-    eager_attention: bool = False  # attention probabilities materialised (MPNet): heads x length per token
-    attention_dropout: bool = False
-    hidden_dropout: bool = False  # dropout on the attention and MLP outputs (BERT, MPNet)
-    saves: bool = True  # False: nothing upstream or inside needs gradients (a frozen tower on raw inputs)
-    checkpointed: bool = False
-
-    @property
-    def tokens(self) -> int:
-        return self.sequences * self.length
-
-
-def layer_bytes(tower: Tower, activation: int) -> float:
-    """Bytes one layer keeps per token for backward (Korthikanti et al., 2022, generalised): the
-    two norms' inputs and outputs (4h), query and attention output (2h), keys and values (2 x kv
-    width), the MLP's hidden activations (2i; 4i gated), the attention probabilities when they are
-    materialised (heads x length, x2 with dropout) and dropout masks at one byte per element."""
-    h, i = tower.hidden, tower.intermediate
-    elements = 6 * h + 2 * tower.kv_hidden + (4 if tower.gated_mlp else 2) * i
-    masks = 0
-    if tower.eager_attention:
-        elements += tower.heads * tower.length * (2 if tower.attention_dropout else 1)
-        masks += tower.heads * tower.length if tower.attention_dropout else 0
-    if tower.hidden_dropout:
-        elements += 2 * h
-        masks += 2 * h
-    return elements * activation + masks
-
-
-def tower_bytes(tower: Tower, activation: int) -> tuple[int, int]:
-    """(kept, working): bytes kept until backward, and the working set of one layer on top (its
-    backward's gradient temporaries, its recomputation under checkpointing, or a no-grad forward).
-    Checkpointed towers keep only each layer's input (hidden per token)."""
-    one_layer = int(tower.tokens * layer_bytes(tower, activation))
-    if not tower.saves:
-        return 0, one_layer
-    if tower.checkpointed:
-        return tower.tokens * tower.layers * tower.hidden * activation, one_layer
-    return tower.layers * one_layer, one_layer
-
-
-def conditioner_bytes(config, hidden: int, groups: int, images: int, tokens: int, activation: int) -> int:
-    """The entity conditioner (cross-attention of `groups` queries per image over `images` x `tokens`
-    visual tokens): per layer the normed tokens, keys and values and their attention layout copies
-    (5 x images x tokens x hidden), the attention scores and fp32 softmax (groups x images x heads x
-    tokens, 4 + activation bytes each) and the queries' own layer (12h + 2i per query)."""
-    queries = groups * images
-    per_layer = (
-        5 * images * tokens * hidden * activation
-        + queries * config.num_attention_heads * tokens * (4 + activation)
-        + queries * (12 * hidden + 2 * config.intermediate_size) * activation
-    )
-    return images * tokens * hidden * activation + config.num_layers * per_layer
-
-
-@dataclass(frozen=True)
-class ImageCase:
-    """One modality's batch: its preprocessed size, micro batch and token grid."""
-
-    modality: str
-    size: tuple[int, int, int]  # (D, H, W)
-    micro_batch: int
-    grid_tokens: int  # in-plane tokens per slice, n = (H/p)(W/p)
-    depth_tokens: int  # D' = D / depth patch (1 for 2D)
-
-    @property
-    def voxels(self) -> int:
-        return self.size[0] * self.size[1] * self.size[2]
-
-    @property
-    def tokens(self) -> int:
-        return self.grid_tokens * self.depth_tokens
-
-
-def vision_towers(vision, images: int, case: ImageCase, saves: bool, checkpointed: bool) -> list[Tower]:
-    """The MoE-ViT (`vision`: its config): spatial blocks over every slice's n tokens, then depth
-    blocks over the D' tokens at every in-plane location (volumes only)."""
-    common = dict(
-        hidden=vision.hidden_size,
-        intermediate=vision.intermediate_size,
-        heads=vision.num_attention_heads,
-        kv_hidden=vision.hidden_size,
-        eager_attention=vision._attn_implementation == "eager",
-        saves=saves,
-        checkpointed=checkpointed,
-    )
-    towers = [
-        Tower("vision/spatial", images * case.depth_tokens, case.grid_tokens, vision.num_spatial_layers, **common)
-    ]
-    if case.depth_tokens > 1 and vision.num_depth_layers:
-        towers.append(
-            Tower("vision/depth", images * case.grid_tokens, case.depth_tokens, vision.num_depth_layers, **common)
-        )
-    return towers
-
-
-def text_tower(config, name: str, sequences: int, length: int, checkpointed: bool) -> Tower:
-    """A BERT-style encoder (BERT, MPNet) or a causal LM (Qwen2, Llama) from its config."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    gated = getattr(config, "hidden_act", "") in ("silu", "swiglu") and getattr(config, "model_type", "") != "bert"
-    return Tower(
-        name,
-        sequences,
-        length,
-        config.num_hidden_layers,
-        config.hidden_size,
-        config.intermediate_size,
-        heads,
-        config.hidden_size // heads * kv_heads,
-        gated_mlp=gated,
-        eager_attention=config._attn_implementation == "eager",
-        attention_dropout=bool(getattr(config, "attention_probs_dropout_prob", 0) or 0),
-        hidden_dropout=bool(getattr(config, "hidden_dropout_prob", 0) or 0),
-        checkpointed=checkpointed,
-    )
-
-
-@dataclass
-class ActivationBudget:
-    """Activation bytes of one step: what is kept for backward (towers' and `extra`), plus the
-    largest of the working sets that do not coexist (one layer's, the loss's gradients)."""
-
-    activation: int
-    towers: list[Tower] = field(default_factory=list)
-    extra: int = 0
-    working: int = 0
-
-    def add(self, *towers: Tower) -> None:
-        self.towers.extend(towers)
-
-    def total(self) -> int:
-        kept, working = self.extra, self.working
-        for tower in self.towers:
-            tower_kept, tower_working = tower_bytes(tower, self.activation)
-            kept, working = kept + tower_kept, max(working, tower_working)
-        return kept + working
 
 
 # ------------------------------------------------------------------ the stages' models
@@ -524,86 +373,131 @@ def activation_bytes(spec: StageSpec, model: nn.Module, case: ImageCase, precisi
     vision tower's working set, the projector, the language model over 2 images + text per sample,
     and the logits' fp32 log-softmax (kept, 4 bytes per logit) with its gradient and the logits'
     (8 bytes per logit, while no layer's working set is live)."""
-    act = precision.activation
-    budget = ActivationBudget(act)
-    checkpointing = spec.optimization.gradient_checkpointing
-    batch = case.micro_batch
+    budget = ActivationBudget(precision.activation)
     if spec.family == "retrieval":
-        config = spec.config
-        hidden = config.vision_config.hidden_size
-        ranking = spec.stage == "stage1/ranking"
-        images = 3 * batch if ranking else batch  # ranking: anchors, positives and negatives
-        vision_ckpt = checkpointing and _checkpoints(model.vision_model)
-        budget.add(*vision_towers(config.vision_config, images, case, True, vision_ckpt))
-        budget.extra += images * case.voxels * (4 + (act if act < 4 else 0))  # + autocast's 16-bit copy
-        budget.extra += images * case.tokens * hidden * act  # the final norm's input
-        pooled = case.grid_tokens if config.conditioner_token_source == "pooled" else case.tokens
-        budget.extra += images * pooled * hidden * act  # depth-pooled tokens
-        conditioner = config.conditioner_config
-        text_trains = not config.freeze_text_encoder
-        text_ckpt = checkpointing and _checkpoints(model.text_encoder)
-        section: Stage1Config = spec.section
-        if ranking:
-            entity = section.ranking_target == "entity"
-            budget.extra += conditioner_bytes(conditioner, hidden, 1, batch, pooled, act)
-            budget.extra += conditioner_bytes(conditioner, hidden, batch if entity else 1, 2 * batch, pooled, act)
-            if entity and text_trains:
-                budget.add(text_tower(config.text_config, "text/entities", batch, ENTITY_PROMPT_TOKENS, text_ckpt))
-        else:
-            budget.extra += conditioner_bytes(conditioner, hidden, 1, batch, pooled, act)
-            if text_trains:
-                report = text_tower(config.text_config, "text/reports", batch, section.max_report_tokens, text_ckpt)
-                budget.add(report)
-            if section.statement_alignment_weight:
-                budget.extra += conditioner_bytes(conditioner, hidden, ENTITIES_PER_BATCH, batch, pooled, act)
-                if text_trains:
-                    statements = ENTITIES_PER_BATCH + STATEMENTS_PER_STUDY * batch
-                    budget.add(
-                        text_tower(config.text_config, "text/statements", statements, STATEMENT_TOKENS, text_ckpt)
-                    )
+        _retrieval_activations(budget, spec, model, case)
     elif spec.family == "reranker":
-        config = spec.config
-        k = min(config.top_k, case.grid_tokens)
-        length = 1 + 2 * (k + 1)
-        budget.add(
-            Tower(
-                "reranker",
-                batch,
-                length,
-                config.num_layers,
-                config.hidden_size,
-                config.intermediate_size,
-                config.num_attention_heads,
-                config.hidden_size,
-                eager_attention=config._attn_implementation == "eager",
-                checkpointed=checkpointing and _checkpoints(model),
-            )
-        )
-        budget.extra += batch * length * config.hidden_size * (2 * 4 + 4 * act)  # fp32 inputs, segment norms
+        _reranker_activations(budget, spec, model, case)
     else:
-        config = spec.config
-        vision, text = config.vision_config, config.text_config
-        images = 2 * batch  # two images per sample (Case A, Case B)
-        tower_trains = not config.freeze_vision_tower
-        budget.add(*vision_towers(vision, images, case, tower_trains, checkpointing and tower_trains))
-        budget.extra += images * case.voxels * (4 + (act if act < 4 and tower_trains else 0))
-        per_image = case.grid_tokens + int(config.entity_tokens)
-        length = 2 * per_image + text_tokens
-        visual = images * case.grid_tokens
-        budget.extra += visual * (vision.hidden_size + 2 * text.hidden_size) * act  # projector
-        lm_ckpt = checkpointing and _checkpoints(model.model.language_model)
-        budget.add(text_tower(text, "language model", batch, length, lm_ckpt))
-        tokens = batch * length
-        budget.extra += 2 * tokens * text.hidden_size * act  # embeddings, final norm
-        lora = spec.section.lora
-        if lora.enabled:  # each adapted Linear keeps its dropped-out input (and mask) and its rank-r projection
-            adapted = lora_targets(model, lora)
-            width = sum(m.in_features for m in adapted)
-            per_token = width * (act + (1 if lora.dropout else 0)) + len(adapted) * lora.r * act
-            budget.extra += tokens * per_token // (text.num_hidden_layers if lm_ckpt else 1)
-        budget.extra += tokens * text.vocab_size * 4  # the loss's fp32 log-softmax
-        budget.working = max(budget.working, tokens * text.vocab_size * 8)  # its gradient, the logits' gradient
+        _vlm_activations(budget, spec, model, case, text_tokens)
     return budget.total()
+
+
+def _sequence_length(spec: StageSpec, case: ImageCase, text_tokens: int) -> int:
+    """Tokens per sequence: per image (vision stages), [CLS; query; candidate] top-k tokens
+    (reranker), or two images' tokens and the text per sample (stage 2)."""
+    if spec.family == "vlm":
+        return 2 * (case.grid_tokens + int(spec.config.entity_tokens)) + text_tokens
+    if spec.family == "reranker":
+        return 1 + 2 * (min(spec.config.top_k, case.grid_tokens) + 1)
+    return case.tokens
+
+
+def _text_checkpointed(spec: StageSpec, model: nn.Module) -> bool:
+    return spec.optimization.gradient_checkpointing and _checkpoints(model.text_encoder)
+
+
+def _retrieval_activations(budget: ActivationBudget, spec: StageSpec, model: nn.Module, case: ImageCase) -> None:
+    """Stage 1's images: the pixels, the ViT towers, the final norm's input and the depth-pooled
+    tokens; then the conditioner and text encoder of the phase (`_ranking_heads`, `_alignment_heads`)."""
+    config, act = spec.config, budget.activation
+    hidden = config.vision_config.hidden_size
+    ranking = spec.stage == "stage1/ranking"
+    images = 3 * case.micro_batch if ranking else case.micro_batch  # ranking: anchors, positives and negatives
+    vision_ckpt = spec.optimization.gradient_checkpointing and _checkpoints(model.vision_model)
+    budget.add(*vision_towers(config.vision_config, images, case, True, vision_ckpt))
+    budget.extra += images * case.voxels * (4 + (act if act < 4 else 0))  # + autocast's 16-bit copy
+    budget.extra += images * case.tokens * hidden * act  # the final norm's input
+    pooled = case.grid_tokens if config.conditioner_token_source == "pooled" else case.tokens
+    budget.extra += images * pooled * hidden * act  # depth-pooled tokens
+    heads = _ranking_heads if ranking else _alignment_heads
+    heads(budget, spec, model, case.micro_batch, pooled)
+
+
+def _ranking_heads(budget: ActivationBudget, spec: StageSpec, model: nn.Module, batch: int, tokens: int) -> None:
+    """Ranking: the conditioner over the anchors and over the 2 x batch candidates under every
+    anchor's entity (one query each when ranking whole studies), and the entity prompts when the
+    text encoder trains."""
+    config, act = spec.config, budget.activation
+    conditioner, hidden = config.conditioner_config, config.vision_config.hidden_size
+    entity = spec.section.ranking_target == "entity"
+    budget.extra += conditioner_bytes(conditioner, hidden, 1, batch, tokens, act)
+    budget.extra += conditioner_bytes(conditioner, hidden, batch if entity else 1, 2 * batch, tokens, act)
+    if entity and not config.freeze_text_encoder:
+        text_ckpt = _text_checkpointed(spec, model)
+        budget.add(text_tower(config.text_config, "text/entities", batch, ENTITY_PROMPT_TOKENS, text_ckpt))
+
+
+def _alignment_heads(budget: ActivationBudget, spec: StageSpec, model: nn.Module, batch: int, tokens: int) -> None:
+    """Alignment: the conditioner's whole-image query and the reports when the text encoder trains;
+    with statement alignment also the conditioner under every batch entity and the statements."""
+    config, act = spec.config, budget.activation
+    conditioner, hidden = config.conditioner_config, config.vision_config.hidden_size
+    section: Stage1Config = spec.section
+    text_trains = not config.freeze_text_encoder
+    text_ckpt = _text_checkpointed(spec, model)
+    budget.extra += conditioner_bytes(conditioner, hidden, 1, batch, tokens, act)
+    if text_trains:
+        budget.add(text_tower(config.text_config, "text/reports", batch, section.max_report_tokens, text_ckpt))
+    if section.statement_alignment_weight:
+        budget.extra += conditioner_bytes(conditioner, hidden, ENTITIES_PER_BATCH, batch, tokens, act)
+        if text_trains:
+            statements = ENTITIES_PER_BATCH + STATEMENTS_PER_STUDY * batch
+            budget.add(text_tower(config.text_config, "text/statements", statements, STATEMENT_TOKENS, text_ckpt))
+
+
+def _reranker_activations(budget: ActivationBudget, spec: StageSpec, model: nn.Module, case: ImageCase) -> None:
+    """The reranker's encoder over [CLS; query; candidate] top-k tokens, its fp32 inputs and segment norms."""
+    config, batch = spec.config, case.micro_batch
+    length = _sequence_length(spec, case, text_tokens=0)
+    checkpointed = spec.optimization.gradient_checkpointing and _checkpoints(model)
+    budget.add(
+        Tower(
+            "reranker",
+            batch,
+            length,
+            config.num_layers,
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_attention_heads,
+            config.hidden_size,
+            eager_attention=config._attn_implementation == "eager",
+            checkpointed=checkpointed,
+        )
+    )
+    budget.extra += batch * length * config.hidden_size * (2 * 4 + 4 * budget.activation)
+
+
+def _vlm_activations(
+    budget: ActivationBudget, spec: StageSpec, model: nn.Module, case: ImageCase, text_tokens: int
+) -> None:
+    """Stage 2: the vision tower (a working set only when frozen), the pixels, the projector, the
+    language model, LoRA's kept inputs, and the loss's fp32 log-softmax with the gradients."""
+    config, act, batch = spec.config, budget.activation, case.micro_batch
+    vision, text = config.vision_config, config.text_config
+    checkpointing = spec.optimization.gradient_checkpointing
+    images = 2 * batch  # two images per sample (Case A, Case B)
+    tower_trains = not config.freeze_vision_tower
+    budget.add(*vision_towers(vision, images, case, tower_trains, checkpointing and tower_trains))
+    budget.extra += images * case.voxels * (4 + (act if act < 4 and tower_trains else 0))
+    budget.extra += images * case.grid_tokens * (vision.hidden_size + 2 * text.hidden_size) * act  # projector
+    lm_ckpt = checkpointing and _checkpoints(model.model.language_model)
+    length = _sequence_length(spec, case, text_tokens)
+    budget.add(text_tower(text, "language model", batch, length, lm_ckpt))
+    tokens = batch * length
+    budget.extra += 2 * tokens * text.hidden_size * act  # embeddings, final norm
+    lora = spec.section.lora
+    if lora.enabled:
+        budget.extra += tokens * _lora_bytes_per_token(model, lora, act) // (text.num_hidden_layers if lm_ckpt else 1)
+    budget.extra += tokens * text.vocab_size * 4  # the loss's fp32 log-softmax
+    budget.working = max(budget.working, tokens * text.vocab_size * 8)  # its gradient, the logits' gradient
+
+
+def _lora_bytes_per_token(model: nn.Module, lora, activation: int) -> int:
+    """Each adapted Linear keeps its dropped-out input (and mask) and its rank-r projection."""
+    adapted = lora_targets(model, lora)
+    width = sum(m.in_features for m in adapted)
+    return width * (activation + (1 if lora.dropout else 0)) + len(adapted) * lora.r * activation
 
 
 @dataclass
@@ -643,11 +537,7 @@ def plan_stage(recipe: str | Path, stage: str, text_tokens: int = DEFAULT_TEXT_T
     activations, case = max(sized, key=lambda item: item[0])
     if spec.family == "vlm":
         spec.notes.append(f"{text_tokens} text tokens per sample besides the image tokens (--text-tokens)")
-        length = 2 * (case.grid_tokens + int(spec.config.entity_tokens)) + text_tokens
-    elif spec.family == "reranker":
-        length = 1 + 2 * (min(spec.config.top_k, case.grid_tokens) + 1)
-    else:
-        length = case.tokens
+    length = _sequence_length(spec, case, text_tokens)
     if spec.stage == "stage1/ranking" and not spec.config.freeze_text_encoder:
         spec.notes.append(f"entity prompts of {ENTITY_PROMPT_TOKENS} tokens, one per anchor")
     text_trains = spec.family == "retrieval" and not spec.config.freeze_text_encoder

@@ -274,14 +274,7 @@ def write_ultrasound(
     region: (x0, y0, x1, y1), the pixel box of the tissue image (default: the whole image). A
       second region (the console's greyscale bar, without physical units) is listed before it.
     burned_in_annotation: the image holds text burned into its pixels (BurnedInAnnotation YES)."""
-    array = np.asarray(image)
-    colour_input = array.dtype == np.uint8 and array.shape[-1] == 3 and array.ndim in (3, 4)
-    if colour_input:
-        rgb = array
-    else:
-        grey = np.clip(np.round(np.asarray(array, dtype=np.float64) * 255), 0, 255).astype(np.uint8)
-        rgb = np.repeat(grey[..., None], 3, axis=-1)
-    frames = rgb if rgb.ndim == 4 else rgb[None]
+    frames = _ultrasound_frames(image)
     count, rows, columns = frames.shape[:3]
     seed = None if uid_seed is None else [uid_seed]
     sop_class = UltrasoundMultiFrameImageStorage if count > 1 else UltrasoundImageStorage
@@ -301,7 +294,29 @@ def write_ultrasound(
         dataset.FrameIncrementPointer = pydicom.tag.Tag("FrameTime")
         dataset.CineRate = round(1000.0 / frame_time_ms)
         dataset.RecommendedDisplayFrameRate = round(1000.0 / frame_time_ms)
-    luminance = np.round(frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32))
+    _set_ultrasound_pixels(dataset, frames, photometric, planar_configuration)
+    dataset.SequenceOfUltrasoundRegions = _ultrasound_regions(pixel_spacing_mm, region, rows, columns)
+    return _save(dataset, Path(path))
+
+
+def _ultrasound_frames(image: np.ndarray) -> np.ndarray:
+    """(N, H, W, 3) uint8 frames of `write_ultrasound`'s input: 8-bit RGB as given, greyscale in
+    [0, 1] scaled to 8 bits and repeated over the three channels."""
+    array = np.asarray(image)
+    colour_input = array.dtype == np.uint8 and array.shape[-1] == 3 and array.ndim in (3, 4)
+    if colour_input:
+        rgb = array
+    else:
+        grey = np.clip(np.round(np.asarray(array, dtype=np.float64) * 255), 0, 255).astype(np.uint8)
+        rgb = np.repeat(grey[..., None], 3, axis=-1)
+    return rgb if rgb.ndim == 4 else rgb[None]
+
+
+def _set_ultrasound_pixels(
+    dataset: pydicom.Dataset, frames: np.ndarray, photometric: str, planar_configuration: int
+) -> None:
+    """The 8-bit pixel data in `photometric`: the RGB frames (interleaved, or planar), or their
+    luminance as palette indices or MONOCHROME2, padded to an even length."""
     if photometric == "RGB":
         dataset.SamplesPerPixel = 3
         dataset.PhotometricInterpretation = "RGB"
@@ -310,6 +325,7 @@ def write_ultrasound(
     elif photometric in ("PALETTE COLOR", "MONOCHROME2"):
         dataset.SamplesPerPixel = 1
         dataset.PhotometricInterpretation = photometric
+        luminance = np.round(frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32))
         data = np.clip(luminance, 0, 255).astype(np.uint8)
         if photometric == "PALETTE COLOR":
             _palette(dataset)
@@ -317,9 +333,16 @@ def write_ultrasound(
         raise ValueError(f"photometric must be RGB, PALETTE COLOR or MONOCHROME2, not {photometric!r}")
     payload = np.ascontiguousarray(data, dtype=np.uint8).tobytes()
     dataset.PixelData = payload + (b"\0" if len(payload) % 2 else b"")
+
+
+def _ultrasound_regions(
+    pixel_spacing_mm: float | tuple[float, float], region: tuple[int, int, int, int] | None, rows: int, columns: int
+) -> list[pydicom.Dataset]:
+    """The SequenceOfUltrasoundRegions: the console's greyscale bar (a graphics region without
+    physical units), then the tissue image with its spacing in cm."""
     row_mm, column_mm = (pixel_spacing_mm, pixel_spacing_mm) if np.isscalar(pixel_spacing_mm) else pixel_spacing_mm
     x0, y0, x1, y1 = region if region is not None else (0, 0, columns - 1, rows - 1)
-    bar = pydicom.Dataset()  # the greyscale bar: a graphics region without physical units
+    bar = pydicom.Dataset()
     bar.RegionSpatialFormat, bar.RegionDataType, bar.RegionFlags = 0, 0, 0
     bar.RegionLocationMinX0, bar.RegionLocationMinY0 = max(columns - 12, 0), 0
     bar.RegionLocationMaxX1, bar.RegionLocationMaxY1 = columns - 1, min(60, rows - 1)
@@ -333,8 +356,7 @@ def write_ultrasound(
     tissue.PhysicalDeltaX = float(column_mm) / 10.0
     tissue.PhysicalDeltaY = float(row_mm) / 10.0
     tissue.ReferencePixelX0, tissue.ReferencePixelY0 = int((x0 + x1) // 2), int(y0)
-    dataset.SequenceOfUltrasoundRegions = [bar, tissue]
-    return _save(dataset, Path(path))
+    return [bar, tissue]
 
 
 def canonical_affine(

@@ -6,6 +6,8 @@ that mention it: the reference that report decomposition is scored against."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .findings import FINDING_TYPES, Finding
@@ -81,114 +83,100 @@ def _cause(f: Finding) -> str:
 
 
 def describe(f: Finding, modality: str, rng: np.random.Generator) -> str:
-    """A positive description of a present finding (no comparison)."""
-    ct = modality == "chest_ct"
-    if f.key == "lung_nodule":
-        density = f"{f.density} " if ct else ""
-        look = f"{_shape(f)}{_texture(f)}{density}"
-        if f.number and f.number > 1:
-            return pick(
-                rng,
-                [
-                    f"There are {f.number} {look}nodules{_with(f)} in {_where(f)}, the largest measuring "
-                    f"{f.size_mm:.0f} mm, with {f.margins} margins{_cause(f)}",
-                    f"{f.number} {look}pulmonary nodules{_with(f)} are present in {_where(f)}, "
-                    f"up to {f.size_mm:.0f} mm, {f.margins}{_cause(f)}",
-                ],
-            )
-        return pick(
-            rng,
-            [
-                f"There is {number_article(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {look}nodule{_with(f)} "
-                f"in {_where(f)}"
-                f"{_cause(f)}",
-                f"{_article(look or 'nodule').capitalize()} {look}nodule with {f.margins} margins"
-                f"{_with(f).replace(' with', ' and', 1)} measuring {f.size_mm:.0f} mm is seen in "
-                f"{_where(f)}{_cause(f)}",
-                f"{_where(f).capitalize()} contains a {f.margins} {look}nodule{_with(f)} of {f.size_mm:.0f} mm"
-                f"{_cause(f)}",
-            ],
-        )
-    if f.key == "consolidation":
-        spread = f"{f.distribution} " if f.distribution else ""
-        return pick(
-            rng,
-            [
-                f"There is {f.grade} {spread}{_texture(f)}consolidation{_with(f)} in {_where(f)}{_cause(f)}",
-                f"{f.grade.capitalize()} {spread}{_texture(f)}airspace consolidation{_with(f)} is present in "
-                f"{_where(f)}{_cause(f)}",
-                f"{(spread + _texture(f)).capitalize()}consolidation{_with(f)} in {_where(f)}, {f.grade} in extent"
-                f"{_cause(f)}",
-            ],
-        )
-    if f.key == "atelectasis":
-        volume = " with volume loss" if f.associated == "volume loss" else ""
-        return pick(
-            rng,
-            [
-                f"{f.grade.capitalize()} {_shape(f)}atelectasis in {_where(f)}{volume}",
-                f"There is {f.grade} {_shape(f)}atelectasis at {_where(f)}{volume}",
-            ],
-        )
-    if f.key == "pleural_effusion":
-        if f.side == "bilateral":
-            return pick(
-                rng,
-                [
-                    f"{f.grade.capitalize()} bilateral pleural effusions",
-                    f"There are {f.grade} bilateral pleural effusions",
-                ],
-            )
-        return pick(
-            rng,
-            [
-                f"There is a {f.grade} {f.side} pleural effusion",
-                f"{f.grade.capitalize()} {f.side}-sided pleural effusion",
-                f"A {f.grade} pleural effusion is seen on the {f.side}",
-            ],
-        )
-    if f.key == "cardiomegaly":
-        return pick(
-            rng,
-            [
-                f"{f.grade.capitalize()} cardiomegaly",
-                f"The heart is {f.grade}ly enlarged",
-                f"The cardiac silhouette is {f.grade}ly enlarged, consistent with cardiomegaly",
-            ],
-        )
-    if f.key == "emphysema":
-        return pick(
-            rng,
-            [
-                f"{f.grade.capitalize()} centrilobular emphysema in both upper lobes",
-                f"Emphysematous changes of {f.grade} degree are noted",
-            ],
-        )
-    if f.key == "lymphadenopathy":
-        nodes = (
-            "an enlarged mediastinal lymph node" if f.number == 1 else f"{f.number} enlarged mediastinal lymph nodes"
-        )
-        look = f", {_shape(f)}{_texture(f)}".rstrip() + _with(f) if f.morphology else ""
-        cause = {"inflammatory": ", likely reactive", "neoplastic": ", suspicious for malignancy"}.get(f.aetiology, "")
-        return pick(
-            rng,
-            [
-                f"There is {nodes}{look}, measuring up to {f.size_mm:.0f} mm, consistent with mediastinal "
-                f"lymphadenopathy{cause}",
-                f"Mediastinal lymphadenopathy: {nodes}{look}, up to {f.size_mm:.0f} mm in short axis{cause}",
-            ],
-        )
-    if f.key == "fatty_liver":
-        return pick(
-            rng,
-            [
-                f"{f.grade.capitalize()} hepatic steatosis",
-                f"Diffusely decreased attenuation of the liver, consistent with {f.grade} hepatic steatosis",
-            ],
-        )
-    if f.key == "pericardial_effusion":
-        return pick(rng, [f"There is a {f.grade} pericardial effusion", f"{f.grade.capitalize()} pericardial effusion"])
-    raise ValueError(f.key)
+    """A positive description of a present finding (no comparison): one of its wordings, drawn by `rng`."""
+    wordings = _WORDINGS.get(f.key)
+    if wordings is None:
+        raise ValueError(f.key)
+    return pick(rng, wordings(f, modality == "chest_ct"))
+
+
+def _nodule_wordings(f: Finding, ct: bool) -> list[str]:
+    density = f"{f.density} " if ct else ""
+    look = f"{_shape(f)}{_texture(f)}{density}"
+    if f.number and f.number > 1:
+        return [
+            f"There are {f.number} {look}nodules{_with(f)} in {_where(f)}, the largest measuring "
+            f"{f.size_mm:.0f} mm, with {f.margins} margins{_cause(f)}",
+            f"{f.number} {look}pulmonary nodules{_with(f)} are present in {_where(f)}, "
+            f"up to {f.size_mm:.0f} mm, {f.margins}{_cause(f)}",
+        ]
+    return [
+        f"There is {number_article(f.size_mm)} {f.size_mm:.0f} mm {f.margins} {look}nodule{_with(f)} "
+        f"in {_where(f)}{_cause(f)}",
+        f"{_article(look or 'nodule').capitalize()} {look}nodule with {f.margins} margins"
+        f"{_with(f).replace(' with', ' and', 1)} measuring {f.size_mm:.0f} mm is seen in "
+        f"{_where(f)}{_cause(f)}",
+        f"{_where(f).capitalize()} contains a {f.margins} {look}nodule{_with(f)} of {f.size_mm:.0f} mm{_cause(f)}",
+    ]
+
+
+def _consolidation_wordings(f: Finding, ct: bool) -> list[str]:
+    spread = f"{f.distribution} " if f.distribution else ""
+    return [
+        f"There is {f.grade} {spread}{_texture(f)}consolidation{_with(f)} in {_where(f)}{_cause(f)}",
+        f"{f.grade.capitalize()} {spread}{_texture(f)}airspace consolidation{_with(f)} is present in "
+        f"{_where(f)}{_cause(f)}",
+        f"{(spread + _texture(f)).capitalize()}consolidation{_with(f)} in {_where(f)}, {f.grade} in extent{_cause(f)}",
+    ]
+
+
+def _atelectasis_wordings(f: Finding, ct: bool) -> list[str]:
+    volume = " with volume loss" if f.associated == "volume loss" else ""
+    return [
+        f"{f.grade.capitalize()} {_shape(f)}atelectasis in {_where(f)}{volume}",
+        f"There is {f.grade} {_shape(f)}atelectasis at {_where(f)}{volume}",
+    ]
+
+
+def _pleural_effusion_wordings(f: Finding, ct: bool) -> list[str]:
+    if f.side == "bilateral":
+        return [
+            f"{f.grade.capitalize()} bilateral pleural effusions",
+            f"There are {f.grade} bilateral pleural effusions",
+        ]
+    return [
+        f"There is a {f.grade} {f.side} pleural effusion",
+        f"{f.grade.capitalize()} {f.side}-sided pleural effusion",
+        f"A {f.grade} pleural effusion is seen on the {f.side}",
+    ]
+
+
+def _lymphadenopathy_wordings(f: Finding, ct: bool) -> list[str]:
+    nodes = "an enlarged mediastinal lymph node" if f.number == 1 else f"{f.number} enlarged mediastinal lymph nodes"
+    look = f", {_shape(f)}{_texture(f)}".rstrip() + _with(f) if f.morphology else ""
+    cause = {"inflammatory": ", likely reactive", "neoplastic": ", suspicious for malignancy"}.get(f.aetiology, "")
+    return [
+        f"There is {nodes}{look}, measuring up to {f.size_mm:.0f} mm, consistent with mediastinal "
+        f"lymphadenopathy{cause}",
+        f"Mediastinal lymphadenopathy: {nodes}{look}, up to {f.size_mm:.0f} mm in short axis{cause}",
+    ]
+
+
+# finding key -> its wordings, given the finding and whether the study is a chest CT
+_WORDINGS: dict[str, Callable[[Finding, bool], list[str]]] = {
+    "lung_nodule": _nodule_wordings,
+    "consolidation": _consolidation_wordings,
+    "atelectasis": _atelectasis_wordings,
+    "pleural_effusion": _pleural_effusion_wordings,
+    "cardiomegaly": lambda f, ct: [
+        f"{f.grade.capitalize()} cardiomegaly",
+        f"The heart is {f.grade}ly enlarged",
+        f"The cardiac silhouette is {f.grade}ly enlarged, consistent with cardiomegaly",
+    ],
+    "emphysema": lambda f, ct: [
+        f"{f.grade.capitalize()} centrilobular emphysema in both upper lobes",
+        f"Emphysematous changes of {f.grade} degree are noted",
+    ],
+    "lymphadenopathy": _lymphadenopathy_wordings,
+    "fatty_liver": lambda f, ct: [
+        f"{f.grade.capitalize()} hepatic steatosis",
+        f"Diffusely decreased attenuation of the liver, consistent with {f.grade} hepatic steatosis",
+    ],
+    "pericardial_effusion": lambda f, ct: [
+        f"There is a {f.grade} pericardial effusion",
+        f"{f.grade.capitalize()} pericardial effusion",
+    ],
+}
 
 
 NEGATIONS = {
