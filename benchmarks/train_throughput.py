@@ -31,6 +31,7 @@ def one_run(kind: str, precision: str, checkpointing: bool, batch: int, depth: i
     import torch
 
     import medreco
+    from medreco.modeling import CandidateBatch, TextBatch
 
     model = medreco.create_model(
         "retrieval",
@@ -59,9 +60,8 @@ def one_run(kind: str, precision: str, checkpointing: bool, batch: int, depth: i
             loss = model(
                 torch.rand(shape),
                 ids,
-                entity_input_ids=entity,
-                candidate_pixel_values=torch.rand((2 * batch, *shape[1:])),
-                candidate_modality_ids=torch.cat([ids, ids]),
+                entities=TextBatch(entity),
+                candidates=CandidateBatch(torch.rand((2 * batch, *shape[1:])), torch.cat([ids, ids])),
             ).loss
         loss.backward()
         optimizer.step()

@@ -139,7 +139,7 @@ def stage2(args: argparse.Namespace, lora: bool) -> None:
     trainer = Stage2Trainer(load_recipe("tiny", "stage2", overrides))
     if args.kill_after_save:
         build = trainer.trainer
-        trainer.trainer = lambda max_steps=None: killed_after_save(build(max_steps), args.kill_after_save)
+        trainer.trainer = lambda stop_after=None: killed_after_save(build(stop_after), args.kill_after_save)
     snapshot(trainer.model, out)
     trainer.train()
     record(trainer.model, out / "ranks")

@@ -71,22 +71,24 @@ def resident(field: str) -> int:
 
 
 def ranking_batch(model, case, text_length: int) -> dict:
+    from medreco.modeling import CandidateBatch, TextBatch
+
     config = model.config
     batch, shape = case.micro_batch, (1, *case.size)
     modality = config.vision_config.modality_id(case.modality)
-    inputs = {
-        "pixel_values": torch.randn(batch, *shape),
-        "modality_ids": torch.full((batch,), modality),
-        "candidate_pixel_values": torch.randn(2 * batch, *shape),
-        "candidate_modality_ids": torch.full((2 * batch,), modality),
-    }
     if not config.freeze_text_encoder:
         vocabulary = config.text_config.vocab_size
-        inputs["entity_input_ids"] = torch.randint(1, vocabulary, (batch, text_length))
-        inputs["entity_attention_mask"] = torch.ones(batch, text_length, dtype=torch.long)
+        entities = TextBatch(
+            torch.randint(1, vocabulary, (batch, text_length)), torch.ones(batch, text_length, dtype=torch.long)
+        )
     else:
-        inputs["entity_features"] = torch.randn(batch, config.text_config.hidden_size)
-    return inputs
+        entities = TextBatch(pooled=torch.randn(batch, config.text_config.hidden_size))
+    return {
+        "pixel_values": torch.randn(batch, *shape),
+        "modality_ids": torch.full((batch,), modality),
+        "entities": entities,
+        "candidates": CandidateBatch(torch.randn(2 * batch, *shape), torch.full((2 * batch,), modality)),
+    }
 
 
 def vlm_batch(model, case, text_tokens: int) -> dict:

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import medreco
 from conftest import tiny_model
 from medreco.cli import main
@@ -27,6 +29,30 @@ def test_info_prints_a_readable_table():
     )
     assert result.returncode == 0, result.stderr
     assert "active for chest_ct" in result.stdout and "retrieval" in result.stdout
+    assert "model_configs/tiny.json" in result.stdout  # the preset's file, where a user reads or copies it
+
+
+def test_a_preset_is_a_data_file_and_a_users_own_file_works_the_same(tmp_path, capsys):
+    """Presets live in model_configs/*.json (open_clip's model_configs); a copy with other sizes is a
+    preset too, for the factory and for `medreco info`; a bad file is refused naming it."""
+    from medreco.errors import PresetError
+    from medreco.factory import MODEL_CONFIGS, PRESETS
+
+    assert {p.stem for p in MODEL_CONFIGS.glob("*.json")} == set(PRESETS) == {"paper", "tiny"}
+    preset = json.loads((MODEL_CONFIGS / "tiny.json").read_text())
+    preset["families"]["reranker"]["hidden_size"] = 48
+    mine = tmp_path / "wider.json"
+    mine.write_text(json.dumps(preset))
+    assert medreco.create_config("reranker", mine).hidden_size == 48
+    assert medreco.create_config("reranker", "tiny").hidden_size == 32
+    assert main(["info", "--preset", str(mine), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)[str(mine)]
+    assert counts["reranker"]["total"] > medreco.parameter_summary("reranker", "tiny")["total"]
+    (tmp_path / "bad.json").write_text('{"families": {"visoin": {}}}')
+    with pytest.raises(PresetError, match=r"bad\.json: unknown model families \['visoin'\]"):
+        medreco.create_config("vision", tmp_path / "bad.json")
+    assert main(["info", "--preset", "nope"]) == 2
+    assert "unknown preset 'nope'" in capsys.readouterr().err
 
 
 def test_export_command(tmp_path, capsys):

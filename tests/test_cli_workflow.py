@@ -72,8 +72,8 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
     assert "entity R@1/3/5" in capsys.readouterr().out
     assert json.loads((tmp_path / "eval.json").read_text())["summary"]["all"]["all"]["queries"] > 0
 
-    trainer = Stage2Trainer(stage2_config(toy, out / "final", tmp_path / "vlm"))
-    trainer.train(max_steps=2)
+    trainer = Stage2Trainer(stage2_config(toy, out / "final", tmp_path / "vlm", "optimization.max_steps=2"))
+    trainer.train()
     second = sorted(data.studies)[1]
     assert (
         main(

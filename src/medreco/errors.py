@@ -22,6 +22,10 @@ class LaunchConfigError(MedReCoError, ValueError):
     that would overwrite a different one; names the value and the choices."""
 
 
+class PresetError(MedReCoError, ValueError):
+    """A model size preset file that cannot be read or is not of the preset form; names the file."""
+
+
 class TextFileError(MedReCoError, ValueError):
     """A recipe, vocabulary, manifest or benchmark file that is not readable text."""
 
@@ -104,6 +108,7 @@ __all__ = [
     "InvalidPixelDataError",
     "InvalidSpacingError",
     "LaunchConfigError",
+    "PresetError",
     "MedReCoError",
     "MedicalImageError",
     "MissingCodecError",

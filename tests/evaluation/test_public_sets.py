@@ -21,7 +21,7 @@ def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys)
     from medreco.evaluation import PublicSetDataError, run_public_set
 
     _, out, _, _ = stage1_run
-    Stage2Trainer(stage2_config(toy, out / "final", tmp_path / "vlm")).train(max_steps=2)
+    Stage2Trainer(stage2_config(toy, out / "final", tmp_path / "vlm", "optimization.max_steps=2")).train()
     model = tmp_path / "vlm" / "final"
     data = MinedData(toy)
     root = tmp_path / "mimic"

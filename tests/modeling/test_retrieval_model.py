@@ -5,6 +5,7 @@ from transformers import AutoModel, AutoTokenizer
 import medreco
 from conftest import images_2d, tiny_model
 from medreco.factory import bundled_text_encoder_path
+from medreco.modeling import CandidateBatch, StatementBatch, TextBatch
 from test_modeling_common import KEY_BIAS, ModelTesterMixin, recorded_attention
 
 
@@ -31,8 +32,17 @@ class TestRetrievalModel(ModelTesterMixin):
         return {
             "pixel_values": torch.rand(batch_size, 1, depth, 40, 40, generator=generator),
             "modality_ids": self.modality_ids(batch_size),
-            "input_ids": input_ids.masked_fill(attention_mask == 0, 0),
-            "attention_mask": attention_mask,
+            "reports": TextBatch(input_ids.masked_fill(attention_mask == 0, 0), attention_mask),
+        }
+
+    def sample(self, inputs, index):
+        reports = inputs["reports"]
+        rows = slice(index, index + 1)
+        return {
+            **inputs,
+            "pixel_values": inputs["pixel_values"][rows],
+            "modality_ids": inputs["modality_ids"][rows],
+            "reports": TextBatch(reports.input_ids[rows], reports.attention_mask[rows]),
         }
 
     def per_sample_outputs(self, outputs, batch_size):
@@ -44,12 +54,12 @@ class TestRetrievalModel(ModelTesterMixin):
         generator = torch.Generator().manual_seed(3)
         images = inputs["pixel_values"].shape[0]
         pairs = torch.stack([torch.arange(2).repeat_interleave(images), torch.arange(images).repeat(2)], dim=1)
-        return {
-            **inputs,
-            "entity_input_ids": torch.randint(1000, 2000, (2, 3), generator=generator),
-            "statement_pairs": pairs,
-            "statement_input_ids": torch.randint(1000, 2000, (2 * images, 5), generator=generator),
-        }
+        statements = StatementBatch(
+            entities=TextBatch(torch.randint(1000, 2000, (2, 3), generator=generator)),
+            statements=TextBatch(torch.randint(1000, 2000, (2 * images, 5), generator=generator)),
+            pairs=pairs,
+        )
+        return {**inputs, "statements": statements}
 
     def attention_maps(self, model, inputs):
         """The vision encoder's blocks and each conditioner layer's query-over-tokens attention (averaged
@@ -59,7 +69,9 @@ class TestRetrievalModel(ModelTesterMixin):
             model(**inputs)
         model.set_attn_implementation("eager")
         text = model.text_encoder.backbone(
-            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], output_attentions=True
+            input_ids=inputs["reports"].input_ids,
+            attention_mask=inputs["reports"].attention_mask,
+            output_attentions=True,
         ).attentions
         return {**maps, **{f"text_encoder.backbone.encoder.layer.{i}": value for i, value in enumerate(text)}}
 
@@ -155,8 +167,8 @@ def test_text_freezing_control():
 def test_ranking_forward_needs_a_known_layout():
     model = tiny_model("retrieval")
     with pytest.raises(ValueError, match="positives; negatives"):
-        model(images_2d(2), [0, 0], candidate_pixel_values=images_2d(3), candidate_modality_ids=[0, 0, 0])
-    with pytest.raises(ValueError, match="input_ids"):
+        model(images_2d(2), [0, 0], candidates=CandidateBatch(images_2d(3), [0, 0, 0]))
+    with pytest.raises(ValueError, match="reports"):
         model(images_2d(2), [0, 0])
 
 
@@ -197,10 +209,10 @@ def ranking_forward(model, batch, return_loss: bool = True):
     return model(
         anchor,
         ids,
-        entity_input_ids=entity,
-        candidate_pixel_values=torch.cat([positive, negative]),
-        candidate_modality_ids=torch.cat([ids, ids]),
-        relevance=relevance if return_loss else None,
+        entities=TextBatch(entity),
+        candidates=CandidateBatch(
+            torch.cat([positive, negative]), torch.cat([ids, ids]), relevance if return_loss else None
+        ),
         return_loss=return_loss,
     )
 
@@ -246,7 +258,7 @@ def test_warm_up_alignment_lowers_infonce():
     for _ in range(60):
         attributes = torch.tensor([[0, 0], [1, 0], [0, 1], [1, 1]])[torch.randperm(4, generator=generator)]
         reports = report_tokens[attributes[:, 0] + 2 * attributes[:, 1]]
-        loss = model(toy_images(attributes), torch.zeros(4, dtype=torch.long), input_ids=reports).loss
+        loss = model(toy_images(attributes), torch.zeros(4, dtype=torch.long), reports=TextBatch(reports)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -275,11 +287,10 @@ def test_statement_alignment_teaches_the_conditioner_each_entitys_finding():
         out = model(
             toy_images(attributes),
             torch.zeros(12, dtype=torch.long),
-            input_ids=statements[which[:12]],  # any report text: only the statement term is trained here
-            entity_input_ids=entities,
-            statement_pairs=torch.stack([entity_rows, rows], dim=1),
-            statement_input_ids=statements[which],
-            statement_groups=which,
+            reports=TextBatch(statements[which[:12]]),  # any report text: only the statement term is trained here
+            statements=StatementBatch(
+                TextBatch(entities), TextBatch(statements[which]), torch.stack([entity_rows, rows], dim=1), which
+            ),
         )
         assert out.statement_loss is not None and out.loss > out.statement_loss
         optimizer.zero_grad()
@@ -295,8 +306,8 @@ def test_statement_alignment_teaches_the_conditioner_each_entitys_finding():
         model(
             toy_images(attributes),
             torch.zeros(12, dtype=torch.long),
-            input_ids=statements[which[:12]],
-            entity_input_ids=entities,
-            statement_pairs=torch.zeros(3, dtype=torch.long),
-            statement_input_ids=statements[which],
+            reports=TextBatch(statements[which[:12]]),
+            statements=StatementBatch(
+                TextBatch(entities), TextBatch(statements[which]), torch.zeros(3, dtype=torch.long)
+            ),
         )

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
+from medreco.modeling import StatementBatch, TextBatch
 from medreco.training import train_phase
 from medreco.training.stage1 import Stage1Trainer
 from toy_training import pair_auc, stage1_config, stage1_overrides
@@ -128,18 +129,17 @@ def test_a_frozen_text_backbone_encodes_each_report_once_with_the_same_loss(toy,
     assert model.text_encoder.training  # computing the cache leaves the module's mode alone
     model.eval()
     with torch.no_grad():
-        from_tokens = model(pixels, modalities, input_ids=text["input_ids"], attention_mask=text["attention_mask"])
-        from_cache = model(pixels, modalities, report_features=torch.stack([pooled[s] for s in studies]))
+        from_tokens = model(pixels, modalities, reports=TextBatch(text["input_ids"], text["attention_mask"]))
+        from_cache = model(pixels, modalities, reports=TextBatch(pooled=torch.stack([pooled[s] for s in studies])))
     assert torch.allclose(from_tokens.loss, from_cache.loss, atol=1e-5)
     assert torch.allclose(from_tokens.text_embeds, from_cache.text_embeds, atol=1e-5)
     # ranking batches carry the entity prompts' pooled features, with the loss of their tokens
     ranking = trainer.ranking_phase()
     batch = ranking.collate(ranking.items[:6])
-    assert "entity_features" in batch and "entity_input_ids" not in batch
+    assert batch["entities"].pooled is not None and batch["entities"].input_ids is None
     prompts = [trainer.prompts[row["entity_id"]] for row in ranking.items[:6]]
     tokens = trainer.tokenizer(prompts, padding=True, return_tensors="pt")
-    tokenized = {**batch, "entity_input_ids": tokens["input_ids"], "entity_attention_mask": tokens["attention_mask"]}
-    del tokenized["entity_features"]
+    tokenized = {**batch, "entities": TextBatch(tokens["input_ids"], tokens["attention_mask"])}
     with torch.no_grad():
         assert torch.allclose(model(**batch).loss, model(**tokenized).loss, atol=1e-5)
 
@@ -167,28 +167,28 @@ def test_statement_alignment_alone_teaches_entity_conditioned_retrieval(toy, tmp
     studies = alignment.items[:6]
     batch = alignment.collate(studies)
     # one pair per (study, entity) statement: two entities, each study's own statement group
-    assert batch["statement_pairs"].shape == (12, 2) and batch["entity_features"].shape[0] == 2
+    statements = batch["statements"]
+    assert statements.pairs.shape == (12, 2) and statements.entities.pooled.shape[0] == 2
     keys = [(row, e) for row, s in enumerate(studies) for e in sorted(trainer.data.studies[s].statements)]
     entities = sorted({e for _, e in keys})
     # statements that say the same (entity and finding) share a group, and only those
     content = [
-        (entities[e], trainer.data.studies[studies[row]].status(entities[e]))
-        for e, row in batch["statement_pairs"].tolist()
+        (entities[e], trainer.data.studies[studies[row]].status(entities[e])) for e, row in statements.pairs.tolist()
     ]
-    groups = batch["statement_groups"].tolist()
+    groups = statements.groups.tolist()
     for i in range(len(groups)):
         assert [g == groups[i] for g in groups] == [c == content[i] for c in content]
     # pooled features and tokens give the same loss
     texts = [" ".join(trainer.data.studies[studies[row]].statements[e]["sentences"]) for row, e in keys]
-    tokenized = {k: v for k, v in batch.items() if k not in ("entity_features", "statement_features")}
-    statement_tokens = trainer.texts.tokenize(texts)
-    entity_tokens = trainer.texts.tokenize([trainer.prompts[e] for e in entities])
-    tokenized.update(
-        statement_input_ids=statement_tokens["input_ids"],
-        statement_attention_mask=statement_tokens["attention_mask"],
-        entity_input_ids=entity_tokens["input_ids"],
-        entity_attention_mask=entity_tokens["attention_mask"],
-    )
+    tokenized = {
+        **batch,
+        "statements": StatementBatch(
+            trainer.texts.text_batch([trainer.prompts[e] for e in entities]),
+            trainer.texts.text_batch(texts),
+            statements.pairs,
+            statements.groups,
+        ),
+    }
     model.eval()
     with torch.no_grad():
         pooled_out, token_out = model(**batch), model(**tokenized)
@@ -230,11 +230,11 @@ def test_ranking_target_study_trains_the_holistic_baseline(toy, tmp_path):
     phase = trainer.ranking_phase()
     rows = phase.items[:6]
     batch = phase.collate(rows)
-    assert not {"entity_features", "entity_input_ids"} & set(batch)
+    assert batch["entities"] is None
     agreement = report_agreement(trainer.data.relevance_table("train"))
     patient_of = {s: study.patient_id for s, study in trainer.data.studies.items()}
     candidates = [r["positive"] for r in rows] + [r["negative"] for r in rows]
-    assert torch.equal(batch["relevance"], study_relevance(rows, candidates, agreement, patient_of))
+    assert torch.equal(batch["candidates"].relevance, study_relevance(rows, candidates, agreement, patient_of))
     before = _study_auc(trainer.model, trainer, agreement)
     summary = trainer.train()["stage1/ranking"]
     after = _study_auc(trainer.model, trainer, agreement)

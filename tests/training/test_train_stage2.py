@@ -19,12 +19,14 @@ from toy_training import stage2_config
 @pytest.mark.parametrize("lora", [False, True])
 def test_stage2_sft_step_with_two_images_per_sample(stage1_run, toy, tmp_path, lora, capsys):
     _, stage1_out, _, _ = stage1_run
-    config = stage2_config(toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}")
+    config = stage2_config(
+        toy, stage1_out / "final", tmp_path, f"lora.enabled={str(lora).lower()}", "optimization.max_steps=6"
+    )
     config.lora.keep_adapter = lora
     trainer = Stage2Trainer(config)
     vision_before = {k: v.clone() for k, v in trainer.model.model.vision_tower.state_dict().items()}
     projector_before = {k: v.clone() for k, v in trainer.model.model.multi_modal_projector.state_dict().items()}
-    summary = trainer.train(max_steps=6)["stage2"]
+    summary = trainer.train()["stage2"]
     assert summary["steps"] == 6 and summary["lora"] == lora
     assert "'loss'" not in capsys.readouterr().out  # run.progress=false: no log lines on stdout
     assert summary["last_loss"] < summary["first_loss"]
@@ -66,7 +68,9 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
 
     _, stage1_out, _, _ = stage1_run
     stage1 = AutoModel.from_pretrained(stage1_out / "final").eval()
-    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "entity_tokens=true"))
+    trainer = Stage2Trainer(
+        stage2_config(toy, stage1_out / "final", tmp_path, "entity_tokens=true", "optimization.max_steps=4")
+    )
     vocabulary = sorted(entity_prompts())
     assert trainer.model.config.entity_vocabulary == trainer.processor.entity_vocabulary == vocabulary
     effusion = "cxr/abnormal/pleural-effusion@pleura"
@@ -82,7 +86,7 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
     assert len(images) == 2 and all(b["entity"] in vocabulary for b in images)
 
     projector = {k: v.clone() for k, v in trainer.model.model.entity_projector.state_dict().items()}
-    summary = trainer.train(max_steps=4)["stage2"]
+    summary = trainer.train()["stage2"]
     assert summary["last_loss"] < summary["first_loss"]
     folder = tmp_path / "final"
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
@@ -119,6 +123,18 @@ def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run
     assert texts and not any(tokenizer.unk_token_id in tokenizer.encode(t, add_special_tokens=False) for t in texts)
     with pytest.raises(RecipeError, match="own tokenizer"):
         Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
+
+
+def test_stage2_stop_after_stops_like_a_kill_and_the_next_run_resumes(stage1_run, toy, tmp_path):
+    """`stop_after` (the one stopping argument of every stage) leaves a checkpoint and no final/;
+    the next run resumes from it and finishes the recipe's steps."""
+    _, stage1_out, _, _ = stage1_run
+    config = stage2_config(toy, stage1_out / "final", tmp_path, "optimization.max_steps=4")
+    stopped = Stage2Trainer(config).train(stop_after=2)["stage2"]
+    assert stopped == {"phase": "stage2", "steps": 2, "stopped_early": True}
+    assert (tmp_path / "trainer" / "checkpoint-2").is_dir() and not (tmp_path / "final").exists()
+    finished = Stage2Trainer(config).train()["stage2"]
+    assert finished["steps"] == 4 and (tmp_path / "final" / "model.safetensors").is_file()
 
 
 def test_qlora_is_refused_without_cuda_in_one_line(stage1_run, toy, tmp_path, capsys):

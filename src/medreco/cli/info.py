@@ -1,4 +1,4 @@
-"""`medreco info`: the models' parameter counts."""
+"""`medreco info`: the size presets (their files) and the models' parameter counts at each."""
 
 from __future__ import annotations
 
@@ -9,21 +9,28 @@ from .command import Command
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=["paper", "tiny"], help="only this size (default: all)")
+    parser.add_argument(
+        "--preset", help="only this size: a packaged preset's name or a preset .json file (default: all)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _info(args: argparse.Namespace) -> int:
     """Parameter counts of every model family at each preset size."""
-    from ..factory import FAMILIES, PRESETS, parameter_summary
+    from ..factory import FAMILIES, PRESET_FILES, PRESETS, parameter_summary, preset_fields
 
     presets = [args.preset] if args.preset else sorted(PRESETS)
+    for preset in presets:
+        preset_fields(preset, "vision")  # an unknown name or a bad file fails here, in one line
     summary = {preset: {family: parameter_summary(family, preset) for family in FAMILIES} for preset in presets}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
     for preset, families in summary.items():
-        print(f"preset {preset!r}")
+        known = PRESET_FILES.get(preset)
+        print(f"preset {preset!r} ({known['file'] if known else preset})")
+        if known and known["description"]:
+            print(f"  {known['description']}")
         for family, counts in families.items():
             active = {name: n for name, n in counts.items() if name != "total"}
             print(f"  {family:<10} total {_human(counts['total']):>8}")

@@ -18,7 +18,16 @@ from .losses import (
     triplet_relevance,
 )
 from .modeling_reranker import MedReCoReranker, RerankerOutput, select_top_tokens
-from .modeling_retrieval import ConditionerOutput, MedReCoConditioner, MedReCoModel, MedReCoOutput, MedReCoTextEncoder
+from .modeling_retrieval import (
+    CandidateBatch,
+    ConditionerOutput,
+    MedReCoConditioner,
+    MedReCoModel,
+    MedReCoOutput,
+    MedReCoTextEncoder,
+    StatementBatch,
+    TextBatch,
+)
 from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, count_active_parameters
 from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
 from .modeling_vlm import MedReCoForConditionalGeneration, MedReCoVLMModel, MedReCoVLMOutput
@@ -51,6 +60,9 @@ def register_auto_classes() -> None:
 register_auto_classes()
 
 __all__ = [
+    "CandidateBatch",
+    "StatementBatch",
+    "TextBatch",
     "AUTO_REGISTRATIONS",
     "BIOLORD_2023",
     "CheckpointMismatchError",

@@ -7,7 +7,7 @@ L2-normalised features (Eq. 4)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -54,8 +54,20 @@ class MedReCoOutput(ModelOutput):
     similarity: torch.Tensor | None = None
 
 
+class _Inputs:
+    """A typed group of model inputs that moves to a device like a tensor (`.to(device)`), so that
+    trainers can place a batch without knowing its structure."""
+
+    def to(self, *args, **kwargs):
+        moved = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            moved[item.name] = value.to(*args, **kwargs) if hasattr(value, "to") else value
+        return replace(self, **moved)
+
+
 @dataclass
-class TextBatch:
+class TextBatch(_Inputs):
     """Texts as tokens (`input_ids`, `attention_mask`) or as the pooled outputs of a frozen text
     backbone (`pooled`, see `MedReCoTextEncoder.pool`), which then take precedence."""
 
@@ -65,7 +77,7 @@ class TextBatch:
 
 
 @dataclass
-class StatementBatch:
+class StatementBatch(_Inputs):
     """Entity statements mined from a batch's reports: the batch's distinct entities (one row each),
     the statements, `pairs` `(P, 2)` of (entity row, image row) and `groups` `(P,)` (equal ids: the
     same statement)."""
@@ -74,6 +86,17 @@ class StatementBatch:
     statements: TextBatch
     pairs: torch.Tensor
     groups: torch.Tensor | None = None
+
+
+@dataclass
+class CandidateBatch(_Inputs):
+    """The images ranked against a batch's anchors: `pixel_values`, `modality_ids`, and `relevance`
+    `(A, C)` of each candidate to each anchor (None: candidates are [positives; negatives], one of
+    each per anchor)."""
+
+    pixel_values: torch.Tensor
+    modality_ids: torch.Tensor
+    relevance: torch.Tensor | None = None
 
 
 class MedReCoTextEncoder(nn.Module):
@@ -385,67 +408,39 @@ class MedReCoModel(MedReCoPreTrainedModel):
         modality_ids: torch.Tensor,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        entity_input_ids: torch.Tensor | None = None,
-        entity_attention_mask: torch.Tensor | None = None,
+        reports: TextBatch | None = None,
+        statements: StatementBatch | None = None,
+        entities: TextBatch | None = None,
         entity_mask: torch.Tensor | None = None,
-        candidate_pixel_values: torch.Tensor | None = None,
-        candidate_modality_ids: torch.Tensor | None = None,
-        relevance: torch.Tensor | None = None,
-        report_features: torch.Tensor | None = None,
-        entity_features: torch.Tensor | None = None,
-        statement_pairs: torch.Tensor | None = None,
-        statement_input_ids: torch.Tensor | None = None,
-        statement_attention_mask: torch.Tensor | None = None,
-        statement_features: torch.Tensor | None = None,
-        statement_groups: torch.Tensor | None = None,
+        candidates: CandidateBatch | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
-        """Two training modes.
+        """Two training modes, chosen by the inputs given.
 
-        Alignment (warm-up): images with their reports (`input_ids`, or `report_features`: the
-        reports' pooled outputs of a frozen text backbone, see `MedReCoTextEncoder.pool`), symmetric
-        InfoNCE. Optionally also with the entity statements mined from those reports: the batch's
-        distinct entities (`entity_input_ids` or `entity_features`, one row each), `statement_pairs`
-        `(P, 2)` of (entity row, image row), each pair's statement (`statement_input_ids` or
-        `statement_features`) and `statement_groups` `(P,)` (equal ids: the same statement). The
-        image's feature conditioned on the entity is aligned with what its report says about that
-        entity ("No pleural effusion." vs "Moderate right pleural effusion."): a whole report's
-        embedding barely moves when one finding is negated, a sentence's does.
+        Alignment (warm-up, `reports`, or CLIP-style their `input_ids` and `attention_mask`): images
+        with their reports (tokens, or the pooled outputs of a frozen text backbone, see
+        `MedReCoTextEncoder.pool`), symmetric InfoNCE; optionally with
+        the entity `statements` mined from those reports, so that the image's feature conditioned on
+        an entity is aligned with what its report says about that entity ("No pleural effusion." vs
+        "Moderate right pleural effusion."): a whole report's embedding barely moves when one finding
+        is negated, a sentence's does.
 
-        Ranking: anchors (`pixel_values`) with one entity each (`entity_input_ids`, or
-        `entity_features`: the prompts' pooled outputs of a frozen text backbone; neither means
-        whole-image), candidates (`candidate_pixel_values`), and `relevance` `(A, C)`. Every
-        candidate is conditioned on every anchor's entity, so all labelled pairs in the batch
-        take part in hard-negative mining. Without `relevance`, candidates are read as
-        [positives; negatives], one of each per anchor."""
-        if candidate_pixel_values is not None:
-            entity_embeddings = None
-            if entity_features is not None or entity_input_ids is not None:
-                entity_embeddings = self._embed(TextBatch(entity_input_ids, entity_attention_mask, entity_features))
+        Ranking (`candidates`): anchors (`pixel_values`) with one entity each (`entities`; None means
+        whole-image; `entity_mask` False rows use the whole-image query), scored against every
+        candidate conditioned on every anchor's entity, so all labelled pairs in the batch take part
+        in hard-negative mining."""
+        if candidates is not None:
+            entity_embeddings = None if entities is None else self._embed(entities)
             return self.ranking_forward(
-                pixel_values,
-                modality_ids,
-                candidate_pixel_values,
-                candidate_modality_ids,
-                entity_embeddings,
-                entity_mask,
-                relevance,
-                return_loss,
+                pixel_values, modality_ids, candidates, entity_embeddings, entity_mask, return_loss
             )
-        if input_ids is None and report_features is None:
+        if reports is None and input_ids is not None:
+            reports = TextBatch(input_ids, attention_mask)
+        if reports is None:
             raise ValueError(
-                "pass input_ids or report_features (reports) for alignment, or candidate_pixel_values for ranking"
+                "pass input_ids or reports (a TextBatch) for alignment, or candidates (a CandidateBatch) for ranking"
             )
-        statements = None
-        if statement_pairs is not None:
-            statements = StatementBatch(
-                TextBatch(entity_input_ids, entity_attention_mask, entity_features),
-                TextBatch(statement_input_ids, statement_attention_mask, statement_features),
-                statement_pairs,
-                statement_groups,
-            )
-        reports = TextBatch(input_ids, attention_mask, report_features)
         return self.alignment_forward(pixel_values, modality_ids, reports, statements, return_loss)
 
     def alignment_forward(
@@ -488,31 +483,26 @@ class MedReCoModel(MedReCoPreTrainedModel):
         self,
         pixel_values: torch.Tensor,
         modality_ids: torch.Tensor,
-        candidate_pixel_values: torch.Tensor,
-        candidate_modality_ids: torch.Tensor | None,
+        candidates: CandidateBatch,
         entity_embeddings: torch.Tensor | None = None,
         entity_mask: torch.Tensor | None = None,
-        relevance: torch.Tensor | None = None,
         return_loss: bool = True,
     ) -> MedReCoOutput:
         """Every candidate scored under every anchor's entity (`entity_embeddings` `(A, d)`; None:
-        whole-image), with the configured ranking loss over the labelled pairs of `relevance`."""
+        whole-image), with the configured ranking loss over the labelled pairs of `candidates.relevance`."""
         anchor = self.get_image_features(pixel_values, modality_ids, entity_embeddings, entity_mask).features
-        if candidate_modality_ids is None:
-            raise ValueError("candidate_modality_ids is required with candidate_pixel_values")
-        candidate_tokens = self.conditioning_tokens(
-            self.get_image_tokens(candidate_pixel_values, candidate_modality_ids)
-        )
+        vision_output = self.get_image_tokens(candidates.pixel_values, candidates.modality_ids)
+        candidate_tokens = self.conditioning_tokens(vision_output)
         if entity_embeddings is None:
-            candidates = self.condition(candidate_tokens, candidate_modality_ids).features
-            candidates = candidates[None].expand(anchor.shape[0], -1, -1)
+            scored = self.condition(candidate_tokens, candidates.modality_ids).features
+            scored = scored[None].expand(anchor.shape[0], -1, -1)
         else:
-            candidates = self.condition(
-                candidate_tokens, candidate_modality_ids, entity_embeddings, entity_mask, pairwise=True
+            scored = self.condition(
+                candidate_tokens, candidates.modality_ids, entity_embeddings, entity_mask, pairwise=True
             ).features
-        similarity = self.score(anchor[:, None, :], candidates)
-        loss = self.ranking_loss(similarity, relevance) if return_loss else None
-        return MedReCoOutput(loss=loss, anchor_embeds=anchor, candidate_embeds=candidates, similarity=similarity)
+        similarity = self.score(anchor[:, None, :], scored)
+        loss = self.ranking_loss(similarity, candidates.relevance) if return_loss else None
+        return MedReCoOutput(loss=loss, anchor_embeds=anchor, candidate_embeds=scored, similarity=similarity)
 
     def ranking_loss(self, similarity: torch.Tensor, relevance: torch.Tensor | None = None) -> torch.Tensor:
         """The configured ranking loss (`triplet`, `smooth_ap` or `contrastive`) of an `(A, C)`
@@ -531,6 +521,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
 
 
 __all__ = [
+    "CandidateBatch",
     "ConditionerOutput",
     "MedReCoConditioner",
     "MedReCoModel",

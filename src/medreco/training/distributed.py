@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from ..errors import LaunchConfigError
 from .checkpoint import tied_weight_names
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,17 @@ def deepspeed_requested() -> bool:
 def fsdp_requested() -> bool:
     """True when the launcher asked for FSDP (`accelerate launch` with an FSDP config sets this)."""
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
+def check_deepspeed_launch() -> None:
+    """Refuse DeepSpeed beside `ACCELERATE_USE_CPU`: that variable makes Accelerate start plain CPU
+    processes (DDP) and ignore DeepSpeed, so stage 1 would train unsharded without a word and stage 2
+    crash inside TRL. DeepSpeed runs on CPU ranks without it."""
+    if os.environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes", "y", "on"):
+        raise LaunchConfigError(
+            "ACCELERATE_USE_CPU=1 makes Accelerate run plain DDP and ignore DeepSpeed; unset it for a DeepSpeed "
+            "run (`torchrun --nproc_per_node 2 -m medreco train ... --deepspeed zero3` runs on CPUs as it is)"
+        )
 
 
 def is_main_launch_process() -> bool:
@@ -70,6 +82,23 @@ def use_fsdp_on_cpu(accelerator) -> None:
     # every later AcceleratorState() copies the process state over its own, as Accelerate does for GPUs
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     logger.info("FSDP2 over gloo on CPU ranks (Accelerate enables FSDP on GPUs only)")
+
+
+def parameter_share(model: torch.nn.Module) -> float:
+    """The fraction of the model's parameter elements this rank holds: 1.0 under DDP and ZeRO-1/2,
+    about 1/ranks once ZeRO-3 partitioned them (`ds_tensor`) or FSDP2 sharded them (DTensors). A run
+    that silently fell back to whole copies reports 1.0, so the summaries and tests can tell."""
+    from torch.distributed.tensor import DTensor
+
+    held = total = 0
+    for parameter in model.parameters():
+        if hasattr(parameter, "ds_tensor"):  # ZeRO-3: the module keeps an empty placeholder
+            held, total = held + parameter.ds_tensor.numel(), total + parameter.ds_numel
+        elif isinstance(parameter, DTensor):
+            held, total = held + parameter.to_local().numel(), total + parameter.numel()
+        else:
+            held, total = held + parameter.numel(), total + parameter.numel()
+    return round(held / total, 4) if total else 1.0
 
 
 def gathered_state_dict(accelerator, wrapped: torch.nn.Module, everywhere: bool = False) -> dict[str, torch.Tensor]:
@@ -230,5 +259,7 @@ __all__ = [
     "release_engine",
     "strategy_name",
     "use_fsdp_on_cpu",
+    "check_deepspeed_launch",
+    "parameter_share",
     "whole_model",
 ]

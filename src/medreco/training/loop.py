@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import send_to_device
 from tqdm.auto import tqdm
 
 from ..atomic import commit_folder, remove_stale_temporaries, save_folder_atomically
@@ -29,9 +30,11 @@ from .checkpoint import CheckpointManager, TrainingState
 from .config import OptimizationConfig, RunConfig
 from .data import ModalityBatchSampler
 from .distributed import (
+    check_deepspeed_launch,
     complete_optimizer_state,
     deepspeed_requested,
     fsdp_requested,
+    parameter_share,
     strategy_name,
     use_fsdp_on_cpu,
     whole_model,
@@ -87,6 +90,8 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
     if on_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun on CPUs: gloo
         handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=timedelta(minutes=30)))
     plugin = None
+    if run.deepspeed_config or deepspeed_requested():
+        check_deepspeed_launch()
     if run.deepspeed_config:
         plugin = DeepSpeedPlugin(hf_ds_config=str(deepspeed_config_path(run.deepspeed_config)))
     elif deepspeed_requested():  # `accelerate launch` with a DeepSpeed config: its JSON from the environment
@@ -181,6 +186,7 @@ def train_phase(
         _fill_deepspeed_auto_values(accelerator, model, phase, optimization)
     engine_state = _engine_state_kind(accelerator)
     model, optimizer = accelerator.prepare(model, optimizer)
+    share = parameter_share(model)
 
     checkpoints = CheckpointManager(output_dir / "checkpoints", keep=run.keep_checkpoints)
     state = TrainingState()
@@ -206,7 +212,7 @@ def train_phase(
         sampler.set_epoch(state.epoch, state.step_in_epoch)
         for indices in sampler:
             batch = phase.collate([phase.items[i] for i in indices])
-            batch = {k: v.to(accelerator.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            batch = send_to_device(batch, accelerator.device)
             with accelerator.accumulate(model), accelerator.autocast():
                 loss = phase.loss(model, batch)
                 if not torch.isfinite(loss):
@@ -255,6 +261,7 @@ def train_phase(
         "seconds": round(time.perf_counter() - started, 2),
         "processes": accelerator.num_processes,
         "strategy": strategy_name(accelerator),
+        "parameter_share": share,
         "mixed_precision": accelerator.mixed_precision,
     }
     state.extra = {"completed": True, "summary": summary}

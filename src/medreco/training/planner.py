@@ -33,7 +33,7 @@ from torch import nn
 
 from ..data.reports.ontology import entity_prompts
 from ..errors import MedReCoError
-from ..factory import PRESETS, create_config, model_class_of, resolve_text_encoder
+from ..factory import create_config, model_class_of, preset_fields, resolve_text_encoder
 from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVLMConfig
 from ..modeling.modeling_utils import block_classes
 from ..processing import DEFAULT_RECIPES, ModalityRecipe
@@ -277,7 +277,7 @@ def _stage2_spec(section: Stage2Config, notes: list[str]) -> StageSpec:
         conditioner = (stage1 or create_config("retrieval", preset)).conditioner_config
         fields.update(entity_tokens=True, entity_vocabulary=sorted(entity_prompts()))
         fields["conditioner_config"] = conditioner.to_dict()
-    preset_text = PRESETS[preset]["vlm"]["text_config"]
+    preset_text = preset_fields(preset, "vlm").get("text_config", {})
     if section.language_model is None:
         vocabulary = section.tokenizer_vocab_size + len(SPECIAL_TOKENS)
         if section.tokenizer not in (None, "mined"):

@@ -28,7 +28,7 @@ from ..data.mining import MinedData
 from ..data.mining.similarity import statement_key
 from ..data.reports.ontology import entity_prompts
 from ..factory import create_model, hub_model_id, resolve_text_encoder
-from ..modeling import MedReCoModel
+from ..modeling import CandidateBatch, MedReCoModel, StatementBatch, TextBatch
 from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .config import DataConfig, ModelSource, Stage1Config
 from .data import ImageStore, batch_size_rule, check_nonempty
@@ -157,8 +157,8 @@ class Stage1Texts:
         )
         return table
 
-    def statement_batch(self, batch_ids: list[str], table: dict) -> dict:
-        """The statement-alignment inputs of `MedReCoModel.forward` for one batch of studies."""
+    def statement_batch(self, batch_ids: list[str], table: dict) -> StatementBatch | None:
+        """The entity statements of one batch of studies (`MedReCoModel.forward`'s `statements`)."""
         keys = [
             (row, entity)
             for row, study in enumerate(batch_ids)
@@ -166,29 +166,23 @@ class Stage1Texts:
             if (study, entity) in table["texts"]
         ]
         if not keys:
-            return {}
+            return None
         entities = sorted({entity for _, entity in keys})
         entity_row = {entity: i for i, entity in enumerate(entities)}
         texts = [table["texts"][(batch_ids[row], entity)] for row, entity in keys]
-        batch = {
-            "statement_pairs": torch.tensor([[entity_row[e], row] for row, e in keys], dtype=torch.long),
-            "statement_groups": torch.tensor(
-                [table["group"][(batch_ids[row], entity)] for row, entity in keys], dtype=torch.long
-            ),
-        }
+        pairs = torch.tensor([[entity_row[e], row] for row, e in keys], dtype=torch.long)
+        groups = torch.tensor([table["group"][(batch_ids[row], entity)] for row, entity in keys], dtype=torch.long)
         if table["pooled"] is not None:
-            batch["entity_features"] = torch.stack([table["entities"][e] for e in entities])
-            batch["statement_features"] = torch.stack([table["pooled"][table["row"][t]] for t in texts])
-            return batch
-        prompts = self.tokenize([self.prompts[e] for e in entities])
+            entity_texts = TextBatch(pooled=torch.stack([table["entities"][e] for e in entities]))
+            statement_texts = TextBatch(pooled=torch.stack([table["pooled"][table["row"][t]] for t in texts]))
+        else:
+            entity_texts = self.text_batch([self.prompts[e] for e in entities])
+            statement_texts = self.text_batch(texts)
+        return StatementBatch(entity_texts, statement_texts, pairs, groups)
+
+    def text_batch(self, texts: list[str]) -> TextBatch:
         tokens = self.tokenize(texts)
-        batch.update(
-            entity_input_ids=prompts["input_ids"],
-            entity_attention_mask=prompts["attention_mask"],
-            statement_input_ids=tokens["input_ids"],
-            statement_attention_mask=tokens["attention_mask"],
-        )
-        return batch
+        return TextBatch(tokens["input_ids"], tokens["attention_mask"])
 
     def tokenize(self, texts: list[str]):
         return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
@@ -262,14 +256,13 @@ class Stage1Trainer:
 
         def collate(batch_ids: list[str]) -> dict:
             pixel_values, modality_ids = self.store.batch(batch_ids)
-            batch = {"pixel_values": pixel_values, "modality_ids": modality_ids}
             if pooled is not None:
-                batch["report_features"] = torch.stack([pooled[s] for s in batch_ids])
+                reports = TextBatch(pooled=torch.stack([pooled[s] for s in batch_ids]))
             else:
-                text = self.texts.tokenize([self.data.studies[s].report for s in batch_ids])
-                batch.update(input_ids=text["input_ids"], attention_mask=text["attention_mask"])
+                reports = self.texts.text_batch([self.data.studies[s].report for s in batch_ids])
+            batch = {"pixel_values": pixel_values, "modality_ids": modality_ids, "reports": reports}
             if statements is not None:
-                batch.update(self.texts.statement_batch(batch_ids, statements))
+                batch["statements"] = self.texts.statement_batch(batch_ids, statements)
             return batch
 
         return Phase(
@@ -299,22 +292,22 @@ class Stage1Trainer:
             anchors, modality_ids = self.store.batch([r["anchor"] for r in batch_rows])
             candidate_pixels, candidate_modalities = self.store.batch(candidates)
             if holistic:
-                entity = {}
+                entities = None
                 relevance = study_relevance(batch_rows, candidates, agreement, patient_of)
-            elif pooled is not None:
-                entity = {"entity_features": torch.stack([pooled[r["entity_id"]] for r in batch_rows])}
             else:
-                tokens = self.tokenizer(
-                    [self.prompts[r["entity_id"]] for r in batch_rows], padding=True, return_tensors="pt"
-                )
-                entity = {"entity_input_ids": tokens["input_ids"], "entity_attention_mask": tokens["attention_mask"]}
+                relevance = ranking_relevance(batch_rows, candidates, lookup, patient_of)
+                if pooled is not None:
+                    entities = TextBatch(pooled=torch.stack([pooled[r["entity_id"]] for r in batch_rows]))
+                else:
+                    tokens = self.tokenizer(
+                        [self.prompts[r["entity_id"]] for r in batch_rows], padding=True, return_tensors="pt"
+                    )
+                    entities = TextBatch(tokens["input_ids"], tokens["attention_mask"])
             return {
                 "pixel_values": anchors,
                 "modality_ids": modality_ids,
-                **entity,
-                "candidate_pixel_values": candidate_pixels,
-                "candidate_modality_ids": candidate_modalities,
-                "relevance": relevance if holistic else ranking_relevance(batch_rows, candidates, lookup, patient_of),
+                "entities": entities,
+                "candidates": CandidateBatch(candidate_pixels, candidate_modalities, relevance),
             }
 
         size_rule = batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d)

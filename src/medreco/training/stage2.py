@@ -25,18 +25,21 @@ from ..atomic import save_folder_atomically
 from ..data.mining import MinedData
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
-from ..factory import PRESETS, create_model, hub_model_id, resolve_text_encoder
+from ..errors import TrainingDataError
+from ..factory import create_model, hub_model_id, preset_fields, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config
 from .data import check_nonempty, is_volumetric
 from .distributed import (
+    check_deepspeed_launch,
     deepspeed_requested,
     fresh_copy,
     fsdp_requested,
     gathered_state_dict,
     is_main_launch_process,
     load_whole_state,
+    parameter_share,
     release_engine,
     strategy_name,
     use_fsdp_on_cpu,
@@ -185,7 +188,8 @@ def build_vlm(
             conditioner_config=vision_model.config.conditioner_config.to_dict(),
             conditioner_token_source=vision_model.config.conditioner_token_source,
         )
-    patch = (fields.get("vision_config") or PRESETS[config.model.preset]["vlm"].get("vision_config", {})).get(
+    preset_vlm = preset_fields(config.model.preset, "vlm")
+    patch = (fields.get("vision_config") or preset_vlm.get("vision_config", {})).get(
         "patch_size", 20
     )
     processor = MedReCoProcessor(
@@ -193,7 +197,7 @@ def build_vlm(
     )
     if config.language_model is None:
         # a preset LM with any fields the recipe overrides, sized to the tokenizer's vocabulary
-        preset_text = PRESETS[config.model.preset]["vlm"]["text_config"]
+        preset_text = preset_vlm.get("text_config", {})
         fields["text_config"] = {**preset_text, **fields.get("text_config", {}), "vocab_size": len(tokenizer)}
     model = create_model(
         "vlm",
@@ -304,6 +308,8 @@ def _trainer_class():
 class Stage2Trainer:
     def __init__(self, config: Stage2Config):
         self.config = config
+        if config.run.deepspeed_config or deepspeed_requested():
+            check_deepspeed_launch()
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.processor = build_vlm(config, self.data)
@@ -334,7 +340,7 @@ class Stage2Trainer:
         optimization = self.config.optimization
         return min(optimization.batch_size_2d, optimization.batch_size_3d) if volumetric else optimization.batch_size_2d
 
-    def sft_config(self, max_steps: int | None = None):
+    def sft_config(self):
         from trl import SFTConfig
 
         optimization, run = self.config.optimization, self.config.run
@@ -344,7 +350,7 @@ class Stage2Trainer:
             per_device_train_batch_size=self.batch_size,
             gradient_accumulation_steps=optimization.gradient_accumulation_steps,
             num_train_epochs=1,  # the dataset already holds every epoch, in block order
-            max_steps=max_steps or optimization.max_steps or -1,
+            max_steps=optimization.max_steps or -1,
             learning_rate=optimization.learning_rate,
             weight_decay=optimization.weight_decay,
             lr_scheduler_type="cosine",
@@ -376,7 +382,7 @@ class Stage2Trainer:
             return os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE") or None
         return None
 
-    def trainer(self, max_steps: int | None = None):
+    def trainer(self, stop_after: int | None = None):
         trainer_class = _trainer_class()
         trainer_class.projector_learning_rate = self.config.projector_learning_rate
         peft_config = lora_config(self.config) if self.config.lora.enabled else None
@@ -384,7 +390,7 @@ class Stage2Trainer:
             raise RecipeError("stage2: 4-bit quantization trains adapters only; set lora.enabled=true")
         trainer = trainer_class(
             model=self.model,
-            args=self.sft_config(max_steps),
+            args=self.sft_config(),
             train_dataset=self.dataset(),
             processing_class=self.processor,
             peft_config=peft_config,
@@ -393,9 +399,13 @@ class Stage2Trainer:
             from transformers.trainer_callback import PrinterCallback
 
             trainer.remove_callback(PrinterCallback)  # quiet: losses go to the logs and trackers, not stdout
+        if stop_after is not None:
+            trainer.add_callback(_stop_after_callback(stop_after))
         return trainer
 
-    def train(self, max_steps: int | None = None) -> dict:
+    def train(self, stop_after: int | None = None) -> dict:
+        """Stage 2, then the final save. `stop_after` ends the run early after that many optimiser steps,
+        as a kill would (the schedule is the recipe's; a checkpoint is written for the resume)."""
         out = Path(self.config.run.output_dir)
         keep_adapter = self.config.lora.enabled and self.config.lora.keep_adapter
         if keep_adapter and self.config.lora.quantization != "none":
@@ -405,8 +415,17 @@ class Stage2Trainer:
         if keep_adapter and not (resume and (out / "base").exists()) and is_main_launch_process():
             # this run's base (an earlier base/ may hold another LM)
             self._save(out / "base", self.model, {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"})
-        trainer = self.trainer(max_steps)
+        trainer = self.trainer(stop_after)
         output = trainer.train(resume_from_checkpoint=True if resume else None)
+        steps = trainer.state.global_step
+        if steps == 0:
+            raise TrainingDataError(
+                f"{self.config.data.mined_dir}: stage 2 ran no step: fewer training conversations than one batch "
+                f"per process ({self.batch_size}); lower optimization.batch_size_2d/3d or add data"
+            )
+        if stop_after is not None and steps < trainer.state.max_steps:
+            return {"stage2": {"phase": "stage2", "steps": steps, "stopped_early": True}}
+        share = parameter_share(trainer.model_wrapped)
         model = self._whole_trained_model(trainer)
         if keep_adapter and trainer.is_world_process_zero():
 
@@ -429,6 +448,7 @@ class Stage2Trainer:
             "lora": self.config.lora.enabled,
             "processes": trainer.accelerator.num_processes,
             "strategy": strategy_name(trainer.accelerator),
+            "parameter_share": share,
         }
         if trainer.is_world_process_zero():
             self._save(out / "final", model, summary)
@@ -463,8 +483,22 @@ class Stage2Trainer:
         save_folder_atomically(folder, write)
 
 
-def train_stage2(config: Stage2Config, max_steps: int | None = None) -> dict:
-    return Stage2Trainer(config).train(max_steps)
+def _stop_after_callback(steps: int):
+    """A Trainer callback that saves a checkpoint and ends training after `steps` optimiser steps."""
+    from transformers import TrainerCallback
+
+    class StopAfter(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= steps:
+                control.should_save = control.should_training_stop = True
+            return control
+
+    return StopAfter()
+
+
+def train_stage2(config: Stage2Config, stop_after: int | None = None) -> dict:
+    """Run a stage-2 recipe; see [`Stage2Trainer`]."""
+    return Stage2Trainer(config).train(stop_after=stop_after)
 
 
 __all__ = [
