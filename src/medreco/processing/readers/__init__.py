@@ -45,13 +45,12 @@ from .dicom_dataset import (
 )
 from .dicom_pixels import PIXEL_DATA_KEYWORDS
 from .dicom_series import DicomSeriesReader, list_dicom_series, read_dicom_series
-from .nifti import NIFTI_SUFFIXES, NiftiReader, read_nifti
+from .nifti import NIFTI_SUFFIXES, NiftiReader, VolumeHeader, read_nifti
 from .raster import RASTER_SUFFIXES, RasterReader, from_pil_image, read_raster
 from .volume_file import (
     VOLUME_FILE_FORMAT,
     VOLUME_FILE_SUFFIX,
     VolumeFileReader,
-    VolumeHeader,
     read_volume_file,
     volume_file_image,
     write_volume_file,

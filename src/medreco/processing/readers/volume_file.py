@@ -14,69 +14,12 @@ import numpy as np
 
 from ...atomic import write_text_atomically
 from ...errors import InvalidSpacingError, MedicalImageError, UnreadableImageError, UnsupportedImageError
-from ..geometry import LPS_TO_RAS, MedicalImage
+from ..geometry import MedicalImage
 from .base import ImageReader, ReaderOptions, _spacing_values, _typed_errors
-from .nifti import NIFTI_SUFFIXES, read_nifti
+from .nifti import NIFTI_SUFFIXES, VolumeHeader, read_nifti
 
 VOLUME_FILE_SUFFIX = ".volume.json"  # a NIfTI volume with the geometry and rescale to use (`read_volume_file`)
 VOLUME_FILE_FORMAT = "medreco.volume/1"
-
-
-@dataclass(frozen=True)
-class VolumeHeader:
-    """What a NIfTI header should have said, from a dataset's metadata (CT-RATE's metadata CSV).
-
-    spacing: voxel size in mm along the file's voxel axes i, j, k (NIfTI order; CT-RATE's
-      `XYSpacing` then `ZSpacing`, as its `fix_metadata.py` sets them).
-    rescale_slope, rescale_intercept: output = slope * stored value + intercept (HU for CT), applied to
-      the values the file stores (a scaling the header itself declares is undone first).
-    orientation: DICOM ImageOrientationPatient (row then column direction cosines, LPS) of axes i
-      and j, k along their cross product; None keeps the header's axis directions.
-    origin: DICOM ImagePositionPatient (LPS mm) of the first voxel; None keeps the header's."""
-
-    spacing: tuple[float, float, float]
-    rescale_slope: float = 1.0
-    rescale_intercept: float = 0.0
-    orientation: tuple[float, ...] | None = None
-    origin: tuple[float, float, float] | None = None
-
-    def apply(self, data: np.ndarray, header, affine: np.ndarray, path: Path) -> tuple[np.ndarray, np.ndarray]:
-        """The stored values rescaled, and the affine with this voxel size (orientation, origin)."""
-        declared_slope, declared_intercept = header.get_slope_inter()
-        if declared_slope is not None and np.isfinite(declared_slope) and declared_slope != 0:
-            data = (data - np.float32(declared_intercept or 0.0)) / np.float32(declared_slope)
-        data = data * np.float32(self.rescale_slope) + np.float32(self.rescale_intercept)
-        spacing = np.asarray(self.spacing, dtype=np.float64)
-        result = np.eye(4)
-        if self.orientation is not None:
-            row, column = np.asarray(self.orientation[:3]), np.asarray(self.orientation[3:])
-            directions = LPS_TO_RAS[:3, :3] @ np.stack([row, column, np.cross(row, column)], axis=1)
-        else:
-            lengths = np.linalg.norm(affine[:3, :3], axis=0) if affine is not None else np.zeros(3)
-            if affine is None or not np.all(np.isfinite(affine)) or np.any(lengths < 1e-12):
-                raise InvalidSpacingError(
-                    path, "the header's affine gives no direction to every axis; the volume file needs an orientation"
-                )
-            directions = affine[:3, :3] / lengths
-        result[:3, :3] = directions * spacing
-        if self.origin is not None:
-            result[:3, 3] = LPS_TO_RAS[:3, :3] @ np.asarray(self.origin, dtype=np.float64)
-        else:
-            result[:3, 3] = affine[:3, 3]
-        return data, result
-
-    def to_dict(self) -> dict:
-        """The fields written to a volume file (orientation and origin only when known)."""
-        fields = {
-            "spacing": list(self.spacing),
-            "rescale_slope": self.rescale_slope,
-            "rescale_intercept": self.rescale_intercept,
-        }
-        if self.orientation is not None:
-            fields["orientation"] = list(self.orientation)
-        if self.origin is not None:
-            fields["origin"] = list(self.origin)
-        return fields
 
 
 def write_volume_file(path: str | Path, image: str | Path, header: VolumeHeader, origin_note: str = "") -> Path:
