@@ -2,13 +2,9 @@ import pytest
 
 from medreco.data.mining.scoring import score_decomposition
 from medreco.data.phantom import PhantomConfig, generate_cohort
-from medreco.data.reports.decomposition import (
-    EmptyReportError,
-    MentionStatus,
-    RuleBasedDecomposer,
-    section_name,
-    split_sections,
-)
+from medreco.data.reports.decomposition import RuleBasedDecomposer
+from medreco.data.reports.sections import section_name, split_sections
+from medreco.data.reports.statement import EmptyReportError, MentionStatus
 
 P, N, U = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN
 
@@ -191,3 +187,24 @@ def test_status_accuracy_on_the_synthetic_cohort(decomposer, tmp_path):
     scores = score_decomposition(decomposer, tmp_path)
     assert scores["pairs"] > 300
     assert scores["status_accuracy"] >= 0.95 and scores["span_recall"] >= 0.95, scores
+
+
+def test_the_trigger_lexicon_is_data_read_once():
+    """The lexicon ships as JSON (`resources/lexicon.json`): every group holds valid patterns, and the
+    rule engine's patterns are built from it."""
+    import json
+    import re
+    from importlib import resources
+
+    from medreco.data.reports import lexicon, scopes
+
+    data = json.loads(resources.files("medreco.data.reports.resources").joinpath(lexicon.LEXICON_FILE).read_text())
+    groups = {name: group for name, group in data.items() if isinstance(group, dict)}
+    assert {"pseudo", "negative_pre", "uncertain_post", "abnormal_cues", "section_headings"} <= set(groups)
+    for name, group in groups.items():
+        assert group["about"], name
+        for entry in group.get("patterns", []):
+            re.compile(entry if isinstance(entry, str) else entry["pattern"])
+    assert lexicon.NEGATIVE_PRE and all(isinstance(p, str) for p in lexicon.NEGATIVE_PRE)
+    assert "no" in lexicon.NEGATIVE_PRE and scopes.ABNORMAL_CUE.search("an enlarged spleen")
+    assert scopes.sentence_status("Pneumonia cannot be excluded.") is U

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.decomposition import RuleBasedDecomposer
 from medreco.data.reports.ontology import Measurement, Ontology, measured_sizes
+from medreco.data.reports.statement import MentionStatus
 from medreco.errors import TextFileError
 
 

@@ -17,7 +17,6 @@ from transformers import AutoTokenizer
 
 import medreco
 from medreco.data.mining.vqa import needs_two_images
-from medreco.data.reports.decomposition import MentionStatus
 from medreco.data.reports.llm import (
     LLMDecomposer,
     LLMEndpointError,
@@ -28,6 +27,7 @@ from medreco.data.reports.llm import (
     parse_json_answer,
     redact_url,
 )
+from medreco.data.reports.statement import MentionStatus
 from medreco.errors import MedReCoError
 from medreco.factory import bundled_text_encoder_path
 from medreco.processing.processing_vlm import CHAT_TEMPLATE
@@ -303,7 +303,7 @@ def test_image_dependency_prompt(server):
 
 def test_comparative_questions_through_the_llm(server):
     from medreco.data.mining.vqa import llm_vqa
-    from medreco.data.reports.decomposition import EntityStatement
+    from medreco.data.reports.statement import EntityStatement
 
     good = {
         "question": "Which case shows a larger effusion?",

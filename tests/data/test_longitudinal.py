@@ -5,7 +5,8 @@ from medreco.data.mining.scoring import score_change_labels
 from medreco.data.phantom import PhantomConfig, generate_cohort
 from medreco.data.reports.attributes import location_phrases, read_attributes, read_stated_prior
 from medreco.data.reports.change import INVERSE_CHANGE as INVERSE
-from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.decomposition import RuleBasedDecomposer
+from medreco.data.reports.statement import EntityStatement, MentionStatus
 
 P, N, U, M = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.UNCERTAIN, MentionStatus.NOT_MENTIONED
 
@@ -74,6 +75,47 @@ def test_location_phrases_compare_at_the_finest_shared_granularity():
     assert read_stated_prior("Nodule, now part-solid where the prior study showed solid composition.").composition == (
         "solid"
     )
+
+
+def test_a_statement_carries_its_attributes_read_once(monkeypatch):
+    """A statement's attributes are read when it is made (by a decomposer, or from a mined cache):
+    comparing statements, as change labels and questions do, reads no text again, and filling the
+    older report's gaps from the newer one's words changes neither statement."""
+    import numpy as np
+
+    from medreco.data.mining.questions import closed_questions
+    from medreco.data.reports import attributes
+    from medreco.data.reports.ontology import Ontology
+
+    text = "A 9 mm nodule, now part-solid where the prior study showed solid composition."
+    newer, older = statement(P, text), statement(P, "A 9 mm nodule.")
+    assert newer.attributes == read_attributes(text) and newer.prior_attributes == read_stated_prior(text)
+    assert statement(M).attributes == read_attributes("")
+    decomposed = RuleBasedDecomposer().decompose("Findings: A 2 cm spiculated mass in the left lower lobe.", "chest_ct")
+    mass = next(s for s in decomposed.mentioned().values() if s.attributes.size_mm == 20)
+    assert mass.attributes == read_attributes(mass.text)
+
+    def read_again(*_):
+        raise AssertionError("a statement's text was read again")
+
+    monkeypatch.setattr(attributes, "_read", read_again)
+    label = consistent_change_label(older, newer)
+    assert (label.label, label.attribute) == ("qualitatively changed", "composition")
+    assert older.attributes.composition is None  # the gap was filled in a copy
+    nodule = Ontology.load().find("nodule", "chest_ct")
+    assert closed_questions(older, newer, nodule, np.random.default_rng(0))
+
+
+def test_statements_read_back_from_a_mining_cache_carry_their_attributes():
+    """The cache and the studies table keep a statement's status and sentences only (the format is
+    unchanged); its attributes are read once, when it is read back."""
+    from medreco.data.mining.pipeline import _as_decompositions
+    from medreco.data.reports.ontology import Ontology
+
+    raw = {"s1": {"x": {"status": "positive", "sentences": ["Moderate left pleural effusion."]}}}
+    rows = [{"study_id": "s1", "modality": "chest_xray"}]
+    effusion = _as_decompositions(rows, raw, Ontology.load())["s1"].statements["x"]
+    assert (effusion.attributes.grade, effusion.attributes.side) == (2, "left")
 
 
 @pytest.mark.parametrize(

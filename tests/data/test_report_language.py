@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from medreco.data.mining.scoring import read_labelled_reports, score_labelled_reports
-from medreco.data.reports.decomposition import MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.decomposition import RuleBasedDecomposer
+from medreco.data.reports.statement import MentionStatus
 from medreco.errors import TextFileError
 
 SETS = Path(__file__).parent / "report_language"

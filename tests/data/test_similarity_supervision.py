@@ -21,7 +21,8 @@ from medreco.data.mining.similarity import (
 from medreco.data.mining.splits import assign_splits
 from medreco.data.mining.supervision import StudyInfo, build_retrieval_queries, build_triplets
 from medreco.data.phantom import PhantomConfig, generate_cohort, read_ground_truth
-from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.decomposition import RuleBasedDecomposer
+from medreco.data.reports.statement import EntityStatement, MentionStatus
 
 P, N, M = MentionStatus.POSITIVE, MentionStatus.NEGATIVE, MentionStatus.NOT_MENTIONED
 

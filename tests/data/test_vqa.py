@@ -8,7 +8,6 @@ from medreco.data.mining.vqa import (
     MajorityAnswerer,
     TextOnlyAnswerer,
     VQASample,
-    _noun,
     deduplicate,
     depends_on_both_images,
     filter_vqa,
@@ -19,7 +18,8 @@ from medreco.data.mining.vqa import (
     vqa_over_pairs,
 )
 from medreco.data.phantom import PhantomConfig, generate_cohort, read_ground_truth
-from medreco.data.reports.decomposition import EntityStatement, MentionStatus, RuleBasedDecomposer
+from medreco.data.reports.decomposition import RuleBasedDecomposer
+from medreco.data.reports.statement import EntityStatement, MentionStatus
 
 P, N = MentionStatus.POSITIVE, MentionStatus.NEGATIVE
 
@@ -113,7 +113,7 @@ def test_the_mined_questions_cover_the_papers_descriptive_dimensions(mined):
 def test_questions_per_descriptive_dimension(text_a, text_b, dimension, answer):
     import numpy as np
 
-    from medreco.data.mining.vqa import closed_questions
+    from medreco.data.mining.questions import closed_questions
     from medreco.data.reports.ontology import Ontology
 
     entity = Ontology.load().find("consolidation", "chest_ct")
@@ -345,15 +345,15 @@ def test_presence_of_a_structure_asks_about_an_abnormality():
     """Every case shows the kidney: a structure's presence question asks which case shows it abnormal."""
     import numpy as np
 
-    from medreco.data.mining.vqa import closed_questions
+    from medreco.data.mining.questions import closed_questions, entity_noun
     from medreco.data.reports.ontology import Ontology
 
     ontology = Ontology.load()
     kidney, cyst = ontology.find("kidneys", "abdominal_ct"), ontology.find("renal cyst", "abdominal_ct")
     a, b = EntityStatement(kidney.id, P, ["Left renal cyst."]), EntityStatement(kidney.id, N, ["Kidneys are normal."])
     (presence, question, options, letter, text), *_ = closed_questions(a, b, kidney, np.random.default_rng(0))
-    assert presence == "presence" and question == f"Which case shows an abnormality of the {_noun(kidney)}?"
+    assert presence == "presence" and question == f"Which case shows an abnormality of the {entity_noun(kidney)}?"
     assert options["ABCD".index(letter)] == "Case A only" and text.startswith("Only Case A shows an abnormality")
-    assert closed_questions(a, b, cyst, np.random.default_rng(0))[0][1] == f"Which case shows {_noun(cyst)}?"
+    assert closed_questions(a, b, cyst, np.random.default_rng(0))[0][1] == f"Which case shows {entity_noun(cyst)}?"
     samples = vqa_over_pairs([("s1", "s2", False)], {"s1": {kidney.id: a}, "s2": {kidney.id: b}}, lambda _: [kidney])
     assert "an abnormality of the" in next(s.open_question for s in samples if s.dimension == "presence")

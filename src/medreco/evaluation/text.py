@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ..data.mining.similarity import MetricUnavailableError, RadGraphSimilarity, RaTEScoreSimilarity, SimilarityMetric
-from ..data.reports.attributes import read_attributes
-from ..data.reports.decomposition import MentionStatus, RuleBasedDecomposer
+from ..data.reports.decomposition import RuleBasedDecomposer
+from ..data.reports.statement import MentionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def clinical_facts(text: str, modality: str, decomposer: RuleBasedDecomposer) ->
     for entity_id, statement in decomposer.decompose(text, modality).mentioned().items():
         facts.add((entity_id, "status", statement.status.value))
         if statement.status is MentionStatus.POSITIVE:
-            for name, value in read_attributes(statement.text).comparable().items():
+            for name, value in statement.attributes.comparable().items():
                 facts.add((entity_id, name, value))
     return facts
 

@@ -189,9 +189,7 @@ def build_vlm(
             conditioner_token_source=vision_model.config.conditioner_token_source,
         )
     preset_vlm = preset_fields(config.model.preset, "vlm")
-    patch = (fields.get("vision_config") or preset_vlm.get("vision_config", {})).get(
-        "patch_size", 20
-    )
+    patch = (fields.get("vision_config") or preset_vlm.get("vision_config", {})).get("patch_size", 20)
     processor = MedReCoProcessor(
         image_processor, tokenizer, patch_size=patch, entity_vocabulary=fields.get("entity_vocabulary")
     )

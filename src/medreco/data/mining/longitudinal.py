@@ -13,11 +13,11 @@ one side -> both), location (another lobe, zone or side) and morphology (round -
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..reports.attributes import Attributes, location_phrases, read_attributes, read_stated_prior
+from ..reports.attributes import Attributes, location_phrases
 from ..reports.change import INVERSE_CHANGE
-from ..reports.decomposition import EntityStatement, MentionStatus
+from ..reports.statement import EntityStatement, MentionStatus
 
 SIZE_CHANGE = 1.2  # relative change in size that counts as increased/decreased
 
@@ -86,15 +86,25 @@ def change_label(earlier: EntityStatement, later: EntityStatement, later_is_curr
         return ChangeLabel("new", "presence")
     if present_before and not present_after:
         return ChangeLabel("resolved", "presence")
-    before, after = read_attributes(earlier.text), read_attributes(later.text)
+    before, after = earlier.attributes, later.attributes
     # a qualitative value only the newer report gives the prior study ("now part-solid where the prior
     # study showed solid composition", the older report not saying) fills the older one's gap
-    newer, older = (later, before) if later_is_current else (earlier, after)
-    stated = read_stated_prior(newer.text)
-    for name in ("margins", "composition", "distribution", "morphology"):
-        if getattr(older, name) is None and getattr(stated, name) is not None:
-            setattr(older, name, getattr(stated, name))
+    if later_is_current:
+        before = _filled(before, later.prior_attributes)
+    else:
+        after = _filled(after, earlier.prior_attributes)
     return _compare_attributes(before, after, later_is_current)
+
+
+def _filled(older: Attributes, stated: Attributes) -> Attributes:
+    """`older` with the qualitative values it does not state taken from `stated`, what the newer
+    report says of the prior study (a copy: a statement's own attributes are never changed)."""
+    gaps = {
+        name: getattr(stated, name)
+        for name in ("margins", "composition", "distribution", "morphology")
+        if getattr(older, name) is None and getattr(stated, name) is not None
+    }
+    return replace(older, **gaps) if gaps else older
 
 
 def consistent_change_label(prior: EntityStatement, current: EntityStatement) -> ChangeLabel | None:

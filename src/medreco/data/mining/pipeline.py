@@ -47,14 +47,9 @@ from tqdm.auto import tqdm
 
 from ...atomic import commit_folder, remove_atomically, remove_stale_temporaries, write_text_atomically
 from ...errors import MedReCoError
-from ..reports.decomposition import (
-    EntityStatement,
-    MentionStatus,
-    ReportDecomposer,
-    ReportDecomposition,
-    RuleBasedDecomposer,
-)
+from ..reports.decomposition import RuleBasedDecomposer
 from ..reports.ontology import UnknownModalityError, canonical_modality
+from ..reports.statement import EntityStatement, MentionStatus, ReportDecomposer, ReportDecomposition
 from .decomposers import DECOMPOSERS, LLMSettings, build_llm_decomposer, cache_file_name, decomposer_identity
 from .longitudinal import consistent_change_label
 from .mined import SUMMARY_FILE, table_fingerprint

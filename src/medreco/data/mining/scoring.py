@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ...errors import TextFileError, read_text_file
 from ..phantom import FINDING_TYPES, read_ground_truth, read_manifest
-from ..reports.decomposition import ReportDecomposer
 from ..reports.ontology import Entity, Ontology
+from ..reports.statement import ReportDecomposer
 
 
 def phantom_entity(ontology: Ontology, key: str, modality: str) -> Entity:

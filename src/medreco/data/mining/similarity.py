@@ -18,7 +18,7 @@ import torch
 
 from ...errors import MedReCoError
 from ..reports.attributes import read_attributes
-from ..reports.decomposition import EntityStatement, MentionStatus
+from ..reports.statement import EntityStatement, MentionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +97,15 @@ class AgreementSimilarity(SimilarityMetric):
         return np.array([_agreement(_facts(x), _facts(y)) for x, y in zip(a, b)], dtype=np.float64)
 
     def matrix(self, a: list[EntityStatement], b: list[EntityStatement]) -> np.ndarray:
-        # each statement's attributes are read once, not once per pair
+        # each statement's facts are gathered once, not once per pair
         first, second = [_facts(x) for x in a], [_facts(y) for y in b]
         return np.array([[_agreement(x, y) for y in second] for x in first], dtype=np.float64).reshape(len(a), len(b))
 
 
 def _facts(statement: EntityStatement) -> tuple[MentionStatus, dict]:
     """Mention status and, for positive mentions, the attributes the text states."""
-    return statement.status, _stated_attributes(statement.status, statement.text)
+    positive = statement.status is MentionStatus.POSITIVE
+    return statement.status, statement.attributes.comparable() if positive else {}
 
 
 def _stated_attributes(status: MentionStatus, text: str) -> dict:

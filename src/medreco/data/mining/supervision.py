@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..reports.decomposition import EntityStatement, MentionStatus, ReportDecomposition
+from ..reports.statement import EntityStatement, MentionStatus, ReportDecomposition
 from .similarity import ReportSimilarity
 from .splits import check_sample
 

@@ -3,11 +3,11 @@
 For a pair of studies and an entity, the template backend writes one closed-ended 4-option
 question per comparison dimension the two statements support (the paper's presence, location,
 size, morphology, margins, internal characteristics, associated findings and potential aetiology,
-plus number, internal composition, distribution, and interval change for same-patient pairs) and a
-matching open-ended question-answer. Filters follow Table S4: image dependency (the answer must change when either
-image's finding changes), language prior (drop questions a text-only model answers from the
-wording alone, trained on one half and tested on the other with shuffled options), bias
-(shuffled options, swapped image order), duplicates."""
+plus number, internal composition and distribution: `questions.closed_questions`), the interval
+change for same-patient pairs (here), and a matching open-ended question-answer. Filters follow
+Table S4: image dependency (the answer must change when either image's finding changes), language
+prior (drop questions a text-only model answers from the wording alone, trained on one half and
+tested on the other with shuffled options), bias (shuffled options, swapped image order), duplicates."""
 
 from __future__ import annotations
 
@@ -24,19 +24,6 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..reports.attributes import (
-    AETIOLOGY_TERMS,
-    ASSOCIATED_TERMS,
-    COMPOSITIONS,
-    DISTRIBUTION_TERMS,
-    INTERNAL_TERMS,
-    LOBES,
-    MARGINS,
-    MORPHOLOGY_TERMS,
-    location_phrases,
-    read_attributes,
-)
-from ..reports.decomposition import EntityStatement, MentionStatus
 from ..reports.llm import (
     PROMPT_IMAGE_DEPENDENCY,
     PROMPT_OPEN_ENDED,
@@ -47,10 +34,11 @@ from ..reports.llm import (
     json_payload,
 )
 from ..reports.ontology import Entity
+from ..reports.statement import EntityStatement, MentionStatus
 from .longitudinal import consistent_change_label
+from .questions import LETTERS, Question, closed_questions, entity_noun, four_options, presence_subject
 
 logger = logging.getLogger(__name__)
-LETTERS = "ABCD"
 
 
 def closed_prompt(question: str, options: list[str]) -> str:
@@ -88,256 +76,6 @@ class VQASample:
         return asdict(self)
 
 
-def _noun(entity: Entity) -> str:
-    """How a question names the entity: its first plain synonym ("nodule", "cardiomegaly"), else its term."""
-    plain = [p for p in entity.synonyms if not p.startswith("re:")]
-    return plain[0] if plain else entity.term.split("_")[0]
-
-
-def _shown(entity: Entity) -> str:
-    """What a presence question asks about: a finding itself, or an abnormality of a structure (every
-    case shows the kidney; a structure is "positive" when the report calls it abnormal)."""
-    return f"an abnormality of the {_noun(entity)}" if entity.level == "anatomy" else _noun(entity)
-
-
-def _four(answer: str, pool: list[str], rng: np.random.Generator) -> tuple[list[str], str]:
-    distractors = [o for o in dict.fromkeys(pool) if o != answer]
-    chosen = (
-        [str(o) for o in rng.choice(distractors, size=min(3, len(distractors)), replace=False)] if distractors else []
-    )
-    options = [answer, *chosen]
-    order = rng.permutation(len(options))
-    options = [options[i] for i in order]
-    return options, LETTERS[options.index(answer)]
-
-
-# ------------------------------------------------------------ descriptive comparison dimensions
-# The paper's comparison aspects (Appendix S1.4, prompt S4) beyond presence, location, size and
-# number: dimension -> (attribute read by `read_attributes`, question, reference answer).
-DESCRIPTIVE_DIMENSIONS = {
-    "margins": (
-        "margins",
-        "How do the margins of the {noun} compare?",
-        "The {noun} has {u} margins in {la} and {v} margins in {lb}.",
-    ),
-    "composition": (
-        "composition",
-        "How does the internal composition of the {noun} compare?",
-        "The {noun} is {u} in {la} and {v} in {lb}.",
-    ),
-    "morphology": (
-        "morphology",
-        "How does the shape of the {noun} compare between the two cases?",
-        "The {noun} is {u} in {la} and {v} in {lb}.",
-    ),
-    "internal characteristics": (
-        "internal",
-        "How do the internal characteristics of the {noun} compare?",
-        "The {noun} shows {u} in {la} and {v} in {lb}.",
-    ),
-    "associated findings": (
-        "associated",
-        "Which associated findings accompany the {noun} in each case?",
-        "The {noun} is accompanied by {u} in {la} and by {v} in {lb}.",
-    ),
-    "distribution": (
-        "distribution",
-        "How does the distribution of the {noun} compare?",
-        "The {noun} is {u} in {la} and {v} in {lb}.",
-    ),
-    "aetiology": (
-        "aetiology",
-        "What is the likely aetiology of the {noun} in each case?",
-        "The {noun} is likely {u} in {la} and {v} in {lb}.",
-    ),
-}
-# how an attribute value reads in an option or answer (others read as they are)
-DISPLAY = {
-    "irregular": "irregularly shaped",
-    "homogeneous": "homogeneous content",
-    "heterogeneous": "heterogeneous content",
-}
-_TEXTURES = ("homogeneous", "heterogeneous")
-# Distractor values per dimension, narrowed per modality family so that options stay plausible
-# (no acoustic shadowing for a chest radiograph, no ground glass in the liver).
-_CHEST, _OTHER = ("CXR", "CT"), ("BRAIN", "US")
-DIMENSION_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
-    "margins": {"*": MARGINS},
-    "composition": {"*": COMPOSITIONS, **dict.fromkeys(_OTHER, ("solid", "cystic", "calcified", "fatty"))},
-    "morphology": {"*": tuple(MORPHOLOGY_TERMS)},
-    "internal characteristics": {
-        "*": tuple(INTERNAL_TERMS),
-        "CXR": ("homogeneous", "heterogeneous", "cavitation", "calcification", "air bronchograms"),
-        **dict.fromkeys(_OTHER, tuple(t for t in INTERNAL_TERMS if t != "air bronchograms")),
-    },
-    "associated findings": {
-        "*": tuple(ASSOCIATED_TERMS),
-        **dict.fromkeys(_CHEST, ("volume loss", "air-fluid level", "halo", "satellite nodules", "oedema")),
-        "BRAIN": ("oedema", "mass effect", "midline shift"),
-        "US": ("posterior acoustic shadowing", "posterior acoustic enhancement", "oedema"),
-    },
-    "distribution": {"*": tuple(DISTRIBUTION_TERMS)},
-    "aetiology": {"*": tuple(AETIOLOGY_TERMS)},
-}
-LOCATION_ANSWERS = {
-    "side": "The {noun} is on the {u} side in {la} and on the {v} side in {lb}.",
-    "lobe": "The {noun} lies in the {u} in {la} and in the {v} in {lb}.",
-    "zone": "The {noun} lies in the {u} in {la} and in the {v} in {lb}.",
-    "depth": "The {noun} is {u} in {la} and {v} in {lb}.",
-}
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def _phrase(value) -> str | None:
-    """An attribute value as an option reads it: sets joined (texture first), display names used."""
-    if not value:
-        return None
-    if isinstance(value, str):
-        return DISPLAY.get(value, value)
-    ordered = [t for t in _TEXTURES if t in value] + sorted(t for t in value if t not in _TEXTURES)
-    return " and ".join(DISPLAY.get(t, t) for t in ordered)
-
-
-def _values(dimension: str, family: str) -> tuple[str, ...]:
-    table = DIMENSION_VALUES[dimension]
-    return tuple(_phrase(v) for v in table.get(family, table["*"]))
-
-
-def _location_values(kind: str, u: str, v: str) -> tuple[str, ...]:
-    """Plausible other locations at the granularity compared (the other lobes, the other side ...)."""
-    if kind == "side":
-        return ("right", "left", "bilateral")
-    if kind == "lobe":
-        return (*LOBES, "lingula")
-    flipped = {"right": "left", "left": "right"}
-    return tuple(
-        " ".join(flipped.get(word, word) if i == 0 else word for i, word in enumerate(phrase.split()))
-        for phrase in (u, v)
-    )
-
-
-def _categorical(
-    u: str, v: str, vocabulary, la: str, lb: str, rng: np.random.Generator, same: str | None = None
-) -> tuple[list[str], str, str]:
-    """Four options comparing a value in two cases ("Smooth in Case A, spiculated in Case B",
-    "Round in both", or `same`), the distractors made of the two values and plausible others from
-    `vocabulary`; returns (options, answer letter, answer)."""
-    answer = (same or f"{_cap(u)} in both") if u == v else f"{_cap(u)} in {la}, {v} in {lb}"
-    others = [w for w in dict.fromkeys(vocabulary) if w not in (u, v)]
-    extra = [others[int(i)] for i in rng.permutation(len(others))[: 3 - len({u, v})]]
-    values = list(dict.fromkeys([u, v, *extra]))
-    pool = [answer, *(f"{_cap(p)} in {la}, {q} in {lb}" for p in values for q in values if p != q)]
-    pool += [same] if same else [f"{_cap(p)} in both" for p in values]
-    options, letter = _four(answer, pool, rng)
-    return options, letter, answer
-
-
-def _presence(a: EntityStatement, b: EntityStatement, labels) -> str | None:
-    if {a.status, b.status} - {MentionStatus.POSITIVE, MentionStatus.NEGATIVE}:
-        return None
-    first, second = a.status is MentionStatus.POSITIVE, b.status is MentionStatus.POSITIVE
-    return {
-        (True, True): "Both cases",
-        (False, False): "Neither case",
-        (True, False): f"{labels[0]} only",
-        (False, True): f"{labels[1]} only",
-    }[(first, second)]
-
-
-def closed_questions(
-    a: EntityStatement,
-    b: EntityStatement,
-    entity: Entity,
-    rng: np.random.Generator,
-    labels=("Case A", "Case B"),
-    longitudinal: bool = False,
-) -> list[tuple[str, str, list[str], str, str]]:
-    """(dimension, question, options, answer letter, open answer) for each dimension the texts support."""
-    noun, out = _noun(entity), []
-    la, lb = labels
-    presence = _presence(a, b, labels)
-    if presence is not None:
-        pool = ["Both cases", "Neither case", f"{la} only", f"{lb} only"]
-        options, letter = _four(presence, pool, rng)
-        shown = _shown(entity)
-        text = {
-            "Both cases": f"Both {la} and {lb} show {shown}.",
-            "Neither case": f"Neither case shows {shown}.",
-            f"{la} only": f"Only {la} shows {shown}.",
-            f"{lb} only": f"Only {lb} shows {shown}.",
-        }[presence]
-        out.append(("presence", f"Which case shows {shown}?", options, letter, text))
-    if a.status is MentionStatus.POSITIVE and b.status is MentionStatus.POSITIVE:
-        x, y = read_attributes(a.text), read_attributes(b.text)
-        where = location_phrases(x, y)
-        if where is not None:
-            u, v, kind = where
-            options, letter, _ = _categorical(u, v, _location_values(kind, u, v), la, lb, rng, f"The same {kind}")
-            out.append(
-                (
-                    "location",
-                    f"How does the {'side' if kind == 'side' else 'location'} of the {noun} compare between the "
-                    "two cases?",
-                    options,
-                    letter,
-                    LOCATION_ANSWERS[kind].format(noun=noun, u=u, v=v, la=la, lb=lb),
-                )
-            )
-        for name, dimension, more, less in (
-            ("size_mm", "size", "larger", "smaller"),
-            ("grade", "size", "larger", "smaller"),
-            ("number", "number", "more numerous", "fewer"),
-        ):
-            u, v = getattr(x, name), getattr(y, name)
-            if u is None or v is None or dimension in {d for d, *_ in out}:
-                continue
-            tolerance = 0.2 * max(u, v) if name == "size_mm" else 0
-            answer = (
-                "Similar in both"
-                if abs(u - v) <= tolerance
-                else (f"{more.capitalize()} in {lb}" if v > u else f"{less.capitalize()} in {lb}")
-            )
-            pool = [
-                "Similar in both",
-                f"{more.capitalize()} in {lb}",
-                f"{less.capitalize()} in {lb}",
-                f"Absent in {lb}",
-            ]
-            options, letter = _four(answer, pool, rng)
-            out.append(
-                (
-                    dimension,
-                    f"How does the {dimension} of the {noun} in {lb} compare with {la}?",
-                    options,
-                    letter,
-                    f"The {noun} is {answer[0].lower() + answer[1:]}.",
-                )
-            )
-        for dimension, (name, question, reference) in DESCRIPTIVE_DIMENSIONS.items():
-            u, v = _phrase(getattr(x, name)), _phrase(getattr(y, name))
-            if not u or not v:
-                continue
-            values = _values(dimension, entity.family)
-            options, letter, _ = _categorical(u, v, values, la, lb, rng)
-            out.append(
-                (
-                    dimension,
-                    question.format(noun=noun),
-                    options,
-                    letter,
-                    reference.format(noun=noun, u=u, v=v, la=la, lb=lb),
-                )
-            )
-    if longitudinal:
-        change = consistent_change_label(a, b)
-        if change is not None:
-            out.append(("change", *change_question(noun, change.label, change.attribute, rng)))
-    return out
-
-
 CHANGE_OPTIONS = ("new", "resolved", "increased", "decreased", "stable", "qualitatively changed")
 # the reference answer of a qualitative change, per follow-up attribute (longitudinal.CHANGE_ATTRIBUTES)
 QUALITATIVE_CHANGES = {
@@ -363,9 +101,20 @@ def change_sentence(noun: str, label: str, attribute: str) -> str:
 
 def change_question(noun: str, label: str, attribute: str, rng: np.random.Generator) -> tuple:
     """(question, four options, answer letter, open answer) asking how a finding changed."""
-    options, letter = _four(label, list(CHANGE_OPTIONS), rng)
+    options, letter = four_options(label, list(CHANGE_OPTIONS), rng)
     question = f"How has the {noun} changed from the prior to the current study?"
     return question, options, letter, change_sentence(noun, label, attribute)
+
+
+def change_questions(
+    prior: EntityStatement, current: EntityStatement, entity: Entity, rng: np.random.Generator
+) -> list[Question]:
+    """The interval-change question about a finding in a same-patient pair, when its change label
+    passes the bidirectional check (`longitudinal.consistent_change_label`)."""
+    change = consistent_change_label(prior, current)
+    if change is None:
+        return []
+    return [("change", *change_question(entity_noun(entity), change.label, change.attribute, rng))]
 
 
 def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[dict]:
@@ -380,7 +129,7 @@ def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[di
                 16,
             )
         )
-        noun = _noun(ontology[row["entity_id"]])
+        noun = entity_noun(ontology[row["entity_id"]])
         question, options, letter, open_answer = change_question(noun, row["label"], row["attribute"], rng)
         questions.append(
             {
@@ -443,9 +192,10 @@ def generate_vqa(
         a, b = statements_a.get(entity.id), statements_b.get(entity.id)
         if a is None or b is None:
             continue
-        for dimension, question, options, answer, open_answer in closed_questions(
-            a, b, entity, rng, labels, longitudinal
-        ):
+        questions = closed_questions(a, b, entity, rng, labels)
+        if longitudinal:
+            questions += change_questions(a, b, entity, rng)
+        for dimension, question, options, answer, open_answer in questions:
             samples.append(
                 VQASample(
                     study_a,
@@ -456,7 +206,7 @@ def generate_vqa(
                     options,
                     answer,
                     open_question=open_question(
-                        dimension, _shown(entity) if dimension == "presence" else _noun(entity), labels
+                        dimension, presence_subject(entity) if dimension == "presence" else entity_noun(entity), labels
                     ),
                     open_answer=open_answer,
                     labels=labels,
@@ -548,7 +298,10 @@ def template_answer(sample: VQASample, entity: Entity):
     rng = np.random.default_rng(0)
 
     def answer_for(x: EntityStatement, y: EntityStatement) -> str | None:
-        questions = closed_questions(x, y, entity, rng, sample.labels, sample.dimension == "change")
+        if sample.dimension == "change":
+            questions = change_questions(x, y, entity, rng)
+        else:
+            questions = closed_questions(x, y, entity, rng, sample.labels)
         for dimension, _, options, letter, _ in questions:
             if dimension == sample.dimension:
                 return options[LETTERS.index(letter)]
@@ -830,7 +583,6 @@ __all__ = [
     "llm_vqa",
     "needs_two_images",
     "CHANGE_OPTIONS",
-    "DESCRIPTIVE_DIMENSIONS",
     "QUALITATIVE_CHANGES",
     "LETTERS",
     "MajorityAnswerer",
@@ -838,8 +590,8 @@ __all__ = [
     "VQAFilterReport",
     "VQASample",
     "change_question",
+    "change_questions",
     "change_sentence",
-    "closed_questions",
     "deduplicate",
     "depends_on_both_images",
     "filter_vqa",

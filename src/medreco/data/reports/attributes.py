@@ -133,8 +133,11 @@ def _stated(pattern: re.Pattern, vocabulary: dict[str, str], text: str) -> list[
     return found
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attributes:
+    """The attribute values a text states (None or empty where it states none). Frozen: a statement's
+    attributes are read once and shared by every reader; `dataclasses.replace` makes a changed copy."""
+
     size_mm: float | None = None
     number: int | None = None
     side: str | None = None
@@ -216,42 +219,50 @@ def read_stated_prior(text: str) -> Attributes:
     return _read(parts[1] if len(parts) > 1 else "", "")
 
 
+NOTHING_STATED = Attributes()
+
+
+def read_states(text: str) -> tuple[Attributes, Attributes]:
+    """`read_attributes(text)` and `read_stated_prior(text)` from one reading of the text."""
+    if not text:
+        return NOTHING_STATED, NOTHING_STATED
+    parts = _PRIOR_STATE.split(text, maxsplit=1)
+    return _read(parts[0], text), (_read(parts[1], "") if len(parts) > 1 else NOTHING_STATED)
+
+
 def _read(current: str, text: str) -> Attributes:
-    attributes = Attributes()
+    values: dict = {}
     sizes = [float(v) * (10.0 if unit.lower() == "cm" else 1.0) for v, unit in _SIZE.findall(current)]
     if sizes:
-        attributes.size_mm = max(sizes)
+        values["size_mm"] = max(sizes)
     if match := _COUNT.search(current):
         word = match.group(1).lower()
-        attributes.number = int(word) if word.isdigit() else _NUMBER_WORDS[word]
+        values["number"] = int(word) if word.isdigit() else _NUMBER_WORDS[word]
     sides = {s.lower() for s in _SIDE.findall(current)}
     if "bilateral" in sides or "both" in sides or {"right", "left"} <= sides:
-        attributes.side = "bilateral"
+        values["side"] = "bilateral"
     elif sides:
-        attributes.side = sides.pop()
+        values["side"] = sides.pop()
     lobes = {f"{a.lower()} {b.lower()} lobe" for a, b in _LOBE.findall(current)}
-    attributes.location = frozenset(lobes | set(_stated(_LOCATION, LOCATION_TERMS, current)))
+    values["location"] = frozenset(lobes | set(_stated(_LOCATION, LOCATION_TERMS, current)))
     grades = [GRADE_ORDER[g.lower()] for g in _GRADE.findall(current)]
     if grades:
-        attributes.grade = max(grades)
+        values["grade"] = max(grades)
     if match := _MARGIN.search(current):
-        attributes.margins = match.group(1).lower()
+        values["margins"] = match.group(1).lower()
     if match := _COMPOSITION.search(current):
-        attributes.composition = match.group(1).lower()
+        values["composition"] = match.group(1).lower()
     for name, pattern, vocabulary in (
         ("morphology", _MORPHOLOGY, MORPHOLOGY_TERMS),
         ("distribution", _DISTRIBUTION, DISTRIBUTION_TERMS),
         ("aetiology", _AETIOLOGY, AETIOLOGY_TERMS),
     ):
-        values = _stated(pattern, vocabulary, current)
-        setattr(attributes, name, values[0] if values else None)
-    attributes.internal = frozenset(_stated(_INTERNAL, INTERNAL_TERMS, current))
-    attributes.associated = frozenset(_stated(_ASSOCIATED, ASSOCIATED_TERMS, current))
-    for label, pattern in _CUES.items():
-        if pattern.search(text):
-            attributes.change_cue = label
-            break
-    return attributes
+        stated = _stated(pattern, vocabulary, current)
+        values[name] = stated[0] if stated else None
+    values["internal"] = frozenset(_stated(_INTERNAL, INTERNAL_TERMS, current))
+    values["associated"] = frozenset(_stated(_ASSOCIATED, ASSOCIATED_TERMS, current))
+    values["change_cue"] = next((label for label, pattern in _CUES.items() if pattern.search(text)), None)
+    return Attributes(**values)
 
 
 __all__ = [
@@ -266,9 +277,11 @@ __all__ = [
     "LOCATION_TERMS",
     "MARGINS",
     "MORPHOLOGY_TERMS",
+    "NOTHING_STATED",
     "Attributes",
     "location_kind",
     "location_phrases",
     "read_attributes",
     "read_stated_prior",
+    "read_states",
 ]

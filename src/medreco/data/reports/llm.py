@@ -26,19 +26,18 @@ from pathlib import Path
 
 from ...atomic import write_text_atomically
 from ...errors import MedReCoError
-from .decomposition import (
+from .decomposition import RuleBasedDecomposer
+from .ontology import Entity, Ontology
+from .scopes import sentence_status
+from .sections import split_sections, split_sentences
+from .statement import (
     EmptyReportError,
     EntityStatement,
     MentionStatus,
     ReportDecomposer,
     ReportDecomposition,
-    RuleBasedDecomposer,
     aggregate_status,
-    sentence_status,
-    split_sections,
-    split_sentences,
 )
-from .ontology import Entity, Ontology
 
 logger = logging.getLogger(__name__)
 
