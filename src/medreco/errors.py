@@ -27,7 +27,7 @@ class PresetError(MedReCoError, ValueError):
 
 
 class TextFileError(MedReCoError, ValueError):
-    """A recipe, vocabulary, manifest or benchmark file that is not readable text."""
+    """A recipe, vocabulary, manifest or evaluation-set file that is not readable text."""
 
 
 def read_text_file(path: str | Path, what: str = "text file") -> str:

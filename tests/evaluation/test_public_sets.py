@@ -1,4 +1,4 @@
-"""Public paired-image benchmarks (MMXU, MS-CXR-T, Medical-Diff-VQA) on a saved VLM."""
+"""Public paired-image evaluation sets (MMXU, MS-CXR-T, Medical-Diff-VQA) on a saved VLM."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from medreco.training.stage2 import Stage2Trainer
 from toy_training import stage2_config
 
 
-def test_public_benchmarks_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys):
+def test_public_evaluation_sets_run_on_a_saved_vlm(stage1_run, toy, tmp_path, capsys):
     """MMXU, MS-CXR-T and Medical-Diff-VQA files in their published formats, with images in the
     MIMIC-CXR-JPG layout, scored by `run_public_set` and `medreco evaluate-public`."""
     import shutil

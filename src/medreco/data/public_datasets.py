@@ -1,8 +1,8 @@
-"""Readers for public datasets and benchmarks, in their published layouts (see the docs of each).
+"""Readers for public datasets and public evaluation sets, in their published layouts (see the docs of each).
 
 Dataset readers yield manifest rows (`image`, `report`, `patient_id`, `modality`, `study_id`,
 `study_date`, and `split`: the dataset's official split in medreco's names) that `medreco mine`
-consumes; benchmark readers yield evaluation items. CT-RATE rows also carry the voxel size and
+consumes; evaluation-set readers yield evaluation items. CT-RATE rows also carry the voxel size and
 rescale from its metadata CSV, which `write_manifest` turns into `.volume.json` files that every
 image reader applies. The data themselves need credentialed access and are not shipped."""
 
@@ -280,7 +280,7 @@ def write_manifest(rows: Iterable[dict], path: str | Path) -> int:
     return count
 
 
-# ----------------------------------------------------------------------------------- benchmarks
+# ----------------------------------------------------------------------------------- evaluation sets
 
 MS_CXR_T_FINDINGS = ("consolidation", "edema", "pleural_effusion", "pneumonia", "pneumothorax")
 

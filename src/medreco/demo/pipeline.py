@@ -4,7 +4,7 @@ Steps (each timed): write the synthetic cohort (DICOM, NIfTI, PNG, reports) -> m
 (entity statements, retrieval relevance, triplets, VQA, longitudinal labels) -> train stage 1,
 the reranker and stage 2 with the `tiny` recipe -> evaluate retrieval (entity, entity+rerank,
 holistic), closed and open-ended VQA (against a text-only baseline) and the longitudinal
-follow-up benchmark on the held-out patients -> write `metrics.json`, `report.md`, `report.html`
+follow-up test set on the held-out patients -> write `metrics.json`, `report.md`, `report.html`
 and the figures. Every trained model is saved with `save_pretrained` under `models/`.
 
 A finished step is not redone when the demo is run again on the same folder (delete the folder,

@@ -1,4 +1,4 @@
-"""Public paired-image benchmarks run on a trained MedReCo VLM (paper, section 2 and Table S18).
+"""Public paired-image evaluation sets run on a trained MedReCo VLM (paper, section 2 and Table S18).
 
 - **MMXU** (multiple choice about a current and a prior radiograph): accuracy overall and by
   content type, answered like our closed questions (the option letter with the highest logit).
@@ -10,7 +10,7 @@
   answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1, and RaTEScore and
   RadGraph F1 when their packages and models are available (else the reason is recorded).
 
-The benchmark files come from their publishers (credentialed access); the images are found under
+Their files come from their publishers (credentialed access); the images are found under
 an image root in the MIMIC-CXR(-JPG) layout (`files/pXX/pSUBJECT/sSTUDY/<dicom_id>.jpg`). The
 readers are in `medreco.data.public_datasets`."""
 
@@ -38,11 +38,11 @@ PROGRESSION_OPTIONS = {"improving": "decreased", "stable": "stable", "worsening"
 
 
 class PublicSetDataError(MedReCoError, ValueError):
-    """A benchmark item whose image cannot be found, or an unknown benchmark; names both."""
+    """An item of a public set whose image cannot be found, or an unknown set; names both."""
 
 
 class ImageLocator:
-    """Finds a benchmark's images under its root: by relative path (MMXU), by DICOM id (MS-CXR-T) or
+    """Finds a set's images under its root: by relative path (MMXU), by DICOM id (MS-CXR-T) or
     by study id (Medical-Diff-VQA). The file-name index is built once, on first use."""
 
     def __init__(self, root: str | Path):
@@ -199,12 +199,12 @@ def run_public_set(
     seed: int = 0,
     progress: bool = True,
 ) -> dict:
-    """Load a saved VLM and run benchmark `name` (one of `PUBLIC_SETS`) on at most `limit` items
+    """Load a saved VLM and run the public set `name` (one of `PUBLIC_SETS`) on at most `limit` items
     drawn reproducibly. Medical-Diff-VQA uses its `split` and the "difference" questions."""
     from ..inference import ComparativeReader
 
     if name not in PUBLIC_SETS:
-        raise PublicSetDataError(f"unknown benchmark {name!r}; choose one of {', '.join(PUBLIC_SETS)}")
+        raise PublicSetDataError(f"unknown public evaluation set {name!r}; choose one of {', '.join(PUBLIC_SETS)}")
     readers = {"mmxu": mmxu, "ms-cxr-t": ms_cxr_t, "medical-diff-vqa": lambda path: medical_diff_vqa(path, split=split)}
     items = sample_rows(readers[name](data_path), limit, seed)
     if not items:

@@ -1,6 +1,6 @@
 """Retrieval evaluation under entity-level relevance (the paper's Tables S11-S16 protocol).
 
-For each benchmark query (a study and an entity its report mentions) the gallery is the other
+For each test query (a study and an entity its report mentions) the gallery is the other
 patients' studies of the same modality and split; relevant studies are those whose report agrees
 on that entity. Systems compared on the same queries:
 
@@ -99,7 +99,7 @@ def evaluate_retrieval(
     tensors: dict[str, torch.Tensor] | None = None,
     progress: bool = True,
 ) -> dict:
-    """Rank every benchmark query's gallery with each system; returns `{"queries": [...], "summary": {...}}`."""
+    """Rank every test query's gallery with each system; returns `{"queries": [...], "summary": {...}}`."""
     rows = data.rows("retrieval", split)
     if not rows:
         raise ValueError(f"{data.directory}: no retrieval queries in split {split!r}")

@@ -1,5 +1,5 @@
 """Comparative VQA evaluation: closed-ended accuracy against a text-only baseline, the
-longitudinal follow-up benchmark (accuracy by finding, attribute and change label, with a
+longitudinal follow-up test set (accuracy by finding, attribute and change label, with a
 confusion matrix) and open-ended answer scores.
 
 Closed questions are answered without free-text parsing, so every question gets exactly one
@@ -107,7 +107,7 @@ def choose_option(
 
 def row_entities(processor, rows: Sequence[dict], studies: dict, question: str = "question") -> list[str | None]:
     """The entity each row's `question` is about, when the VLM reads entity tokens (None otherwise):
-    the row's `entity_id` (mined rows), else the finding the question names (benchmark rows)."""
+    the row's `entity_id` (mined rows), else the finding the question names (public evaluation sets' rows)."""
     if not getattr(processor, "entity_vocabulary", None):
         return [None] * len(rows)
     finder = QuestionEntityFinder()
@@ -277,7 +277,7 @@ def evaluate_longitudinal(
     scoring: str = CLOSED_SCORING[0],
     train_rows: Sequence[dict] | None = None,
 ) -> dict:
-    """Follow-up benchmark rows (`medreco.data.mining.vqa.longitudinal_questions`): accuracy overall and by
+    """Follow-up test rows (`medreco.data.mining.vqa.longitudinal_questions`): accuracy overall and by
     finding (entity), attribute and true change label, plus the confusion matrix of change labels
     (rows: true label, columns: the label of the option the model chose), under one `scoring`. With
     `train_rows` (the training split's follow-up questions), also the text-only and majority-answer

@@ -159,9 +159,129 @@ def train_phase(
     """Train `model` in place for one phase; resumes from `output_dir/checkpoints` when allowed.
     `stop_after` ends the run early after that many optimiser steps (as a kill would; for tests).
     Returns the summary (first and last logged losses, wall time) and what saving needs."""
+    prepared = _prepare_phase(model, phase, optimization, run, Path(output_dir), learning_rates)
+    accelerator, state = prepared.accelerator, prepared.resume(run, phase.name)
+    if state.extra.get("completed"):
+        summary = {**state.extra.get("summary", {}), "resumed_completed": True}
+        return PhaseResult(summary, prepared.model, accelerator)
+    if accelerator.is_main_process:
+        prepared.output_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.init_trackers(phase.name.replace("/", "_"), config=_flat_hparams(optimization))
+    losses = _LossLog(phase.name, run, accelerator, prepared.output_dir / "history.jsonl", prepared.steps, state.step)
+    started, steps = time.perf_counter(), prepared.steps
+    prepared.model.train()
+    while state.step < steps:
+        prepared.sampler.set_epoch(state.epoch, state.step_in_epoch)
+        for indices in prepared.sampler:
+            batch = send_to_device(phase.collate([phase.items[i] for i in indices]), accelerator.device)
+            losses.add(prepared.micro_step(phase, optimization, batch, state.step))
+            state.step_in_epoch += 1
+            if not accelerator.sync_gradients:
+                continue
+            prepared.scheduler.step()
+            state.step += 1
+            losses.optimiser_step(state, prepared.scheduler.get_last_lr()[0], log=_logs_at(state.step, steps, run))
+            if run.save_every and state.step % run.save_every == 0 and state.step < steps:
+                prepared.save(state)
+            if state.step >= steps or (stop_after is not None and state.step >= stop_after):
+                break
+        else:
+            state.epoch, state.step_in_epoch = state.epoch + 1, 0
+            continue
+        if stop_after is not None and state.step >= stop_after and state.step < steps:
+            prepared.save(state)
+            losses.close()
+            _finish_trackers(accelerator)
+            summary = {"phase": phase.name, "steps": state.step, "stopped_early": True}
+            return PhaseResult(summary, prepared.model, accelerator)
+    losses.close()
+    summary = {
+        "phase": phase.name,
+        "steps": state.step,
+        "first_loss": losses.first,
+        "last_loss": losses.last,
+        "seconds": round(time.perf_counter() - started, 2),
+        "processes": accelerator.num_processes,
+        "strategy": strategy_name(accelerator),
+        "parameter_share": prepared.parameter_share,
+        "mixed_precision": accelerator.mixed_precision,
+    }
+    state.extra = {"completed": True, "summary": summary}
+    prepared.save(state)
+    _finish_trackers(accelerator)
+    return PhaseResult(summary, prepared.model, accelerator)
+
+
+def _logs_at(step: int, steps: int, run: RunConfig) -> bool:
+    return step % max(1, run.log_every) == 0 or step == steps or step == 1
+
+
+@dataclass
+class _PreparedPhase:
+    """One phase's prepared training objects (the model and optimiser wrapped by the accelerator)."""
+
+    accelerator: Any
+    model: torch.nn.Module
+    optimizer: Any
+    scheduler: Any
+    sampler: ModalityBatchSampler
+    steps: int
+    checkpoints: CheckpointManager
+    output_dir: Path
+    engine_state: str | None
+    parameter_share: float
+
+    def micro_step(self, phase: Phase, optimization: OptimizationConfig, batch, step: int) -> float:
+        """Forward and backward of one micro-batch; the optimiser steps when the accumulation is full."""
+        accelerator, model = self.accelerator, self.model
+        with accelerator.accumulate(model), accelerator.autocast():
+            loss = phase.loss(model, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{phase.name}: loss is {loss.item()} at step {step}")
+            accelerator.backward(loss)
+            uses_deepspeed = accelerator.state.deepspeed_plugin is not None  # DeepSpeed clips itself
+            if accelerator.sync_gradients and optimization.max_grad_norm and not uses_deepspeed:
+                accelerator.clip_grad_norm_(model.parameters(), optimization.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+        return loss.detach().float().item()
+
+    def save(self, state: TrainingState) -> None:
+        _save(
+            self.accelerator,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.checkpoints,
+            self.output_dir,
+            state,
+            self.engine_state,
+        )
+
+    def resume(self, run: RunConfig, name: str) -> TrainingState:
+        """The saved training state when the run may resume and a checkpoint exists, else a fresh one."""
+        engine_state, output_dir = self.engine_state, self.output_dir
+        saved = self.checkpoints.latest() is not None or (engine_state and _engine_latest(output_dir, engine_state))
+        if not (run.resume and saved):
+            return TrainingState()
+        state = _resume(
+            self.accelerator, self.model, self.optimizer, self.scheduler, self.checkpoints, output_dir, engine_state
+        )
+        logger.info("%s: resumed at step %d (epoch %d, batch %d)", name, state.step, state.epoch, state.step_in_epoch)
+        return state
+
+
+def _prepare_phase(
+    model: torch.nn.Module,
+    phase: Phase,
+    optimization: OptimizationConfig,
+    run: RunConfig,
+    output_dir: Path,
+    learning_rates: dict[str, float] | None,
+) -> _PreparedPhase:
+    """The accelerator, batch sampler, optimiser and cosine schedule of a phase, prepared."""
     from transformers import get_cosine_schedule_with_warmup
 
-    output_dir = Path(output_dir)
     accelerator = make_accelerator(run, optimization, output_dir)
     sampler = ModalityBatchSampler(
         phase.modalities,
@@ -181,93 +301,50 @@ def train_phase(
         parameter_groups(model, optimization.weight_decay, learning_rates), lr=optimization.learning_rate
     )
     scheduler = get_cosine_schedule_with_warmup(optimizer, int(optimization.warmup_ratio * steps), steps)
-    uses_deepspeed = accelerator.state.deepspeed_plugin is not None
-    if uses_deepspeed:
+    if accelerator.state.deepspeed_plugin is not None:
         _fill_deepspeed_auto_values(accelerator, model, phase, optimization)
     engine_state = _engine_state_kind(accelerator)
     model, optimizer = accelerator.prepare(model, optimizer)
-    share = parameter_share(model)
-
     checkpoints = CheckpointManager(output_dir / "checkpoints", keep=run.keep_checkpoints)
-    state = TrainingState()
-    if run.resume and (checkpoints.latest() is not None or (engine_state and _engine_latest(output_dir, engine_state))):
-        state = _resume(accelerator, model, optimizer, scheduler, checkpoints, output_dir, engine_state)
-        logger.info(
-            "%s: resumed at step %d (epoch %d, batch %d)", phase.name, state.step, state.epoch, state.step_in_epoch
-        )
-    if state.extra.get("completed"):
-        summary = {**state.extra.get("summary", {}), "resumed_completed": True}
-        return PhaseResult(summary, model, accelerator)
+    return _PreparedPhase(
+        accelerator, model, optimizer, scheduler, sampler, steps, checkpoints, output_dir, engine_state,
+        parameter_share(model),
+    )  # fmt: skip
 
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    accelerator.init_trackers(phase.name.replace("/", "_"), config=_flat_hparams(optimization))
-    history_path = output_dir / "history.jsonl"
-    progress = tqdm(
-        total=steps, initial=state.step, desc=phase.name, disable=not run.progress or not accelerator.is_main_process
-    )
-    started, first_loss, last_loss, running = time.perf_counter(), None, None, []
-    model.train()
-    while state.step < steps:
-        sampler.set_epoch(state.epoch, state.step_in_epoch)
-        for indices in sampler:
-            batch = phase.collate([phase.items[i] for i in indices])
-            batch = send_to_device(batch, accelerator.device)
-            with accelerator.accumulate(model), accelerator.autocast():
-                loss = phase.loss(model, batch)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"{phase.name}: loss is {loss.item()} at step {state.step}")
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and optimization.max_grad_norm and not uses_deepspeed:
-                    accelerator.clip_grad_norm_(model.parameters(), optimization.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad()
-            state.step_in_epoch += 1
-            running.append(loss.detach().float().item())
-            if not accelerator.sync_gradients:
-                continue
-            scheduler.step()
-            state.step += 1
-            progress.update(1)
-            if state.step % max(1, run.log_every) == 0 or state.step == steps or state.step == 1:
-                value = sum(running) / len(running)
-                first_loss = value if first_loss is None else first_loss
-                last_loss = value
-                record = {"step": state.step, "loss": value, "lr": scheduler.get_last_lr()[0], "epoch": state.epoch}
-                accelerator.log({f"{phase.name}/loss": value, f"{phase.name}/lr": record["lr"]}, step=state.step)
-                progress.set_postfix(loss=f"{value:.4f}")
-                if accelerator.is_main_process:
-                    with history_path.open("a") as handle:
-                        handle.write(json.dumps({"phase": phase.name, **record}) + "\n")
-                running = []
-            if run.save_every and state.step % run.save_every == 0 and state.step < steps:
-                _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
-            if state.step >= steps or (stop_after is not None and state.step >= stop_after):
-                break
-        else:
-            state.epoch, state.step_in_epoch = state.epoch + 1, 0
-            continue
-        if stop_after is not None and state.step >= stop_after and state.step < steps:
-            _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
-            progress.close()
-            _finish_trackers(accelerator)
-            return PhaseResult({"phase": phase.name, "steps": state.step, "stopped_early": True}, model, accelerator)
-    progress.close()
-    summary = {
-        "phase": phase.name,
-        "steps": state.step,
-        "first_loss": first_loss,
-        "last_loss": last_loss,
-        "seconds": round(time.perf_counter() - started, 2),
-        "processes": accelerator.num_processes,
-        "strategy": strategy_name(accelerator),
-        "parameter_share": share,
-        "mixed_precision": accelerator.mixed_precision,
-    }
-    state.extra = {"completed": True, "summary": summary}
-    _save(accelerator, model, optimizer, scheduler, checkpoints, output_dir, state, engine_state)
-    _finish_trackers(accelerator)
-    return PhaseResult(summary, model, accelerator)
+
+class _LossLog:
+    """The running loss of a phase: averaged over the micro-batches between log points, written to
+    the trackers, `history.jsonl` (main process) and the progress bar."""
+
+    def __init__(self, name: str, run: RunConfig, accelerator, history: Path, steps: int, initial: int):
+        self.name, self.accelerator, self.history = name, accelerator, history
+        self.progress = tqdm(
+            total=steps, initial=initial, desc=name, disable=not run.progress or not accelerator.is_main_process
+        )
+        self.first: float | None = None
+        self.last: float | None = None
+        self.running: list[float] = []
+
+    def add(self, loss: float) -> None:
+        self.running.append(loss)
+
+    def optimiser_step(self, state: TrainingState, learning_rate: float, log: bool) -> None:
+        self.progress.update(1)
+        if not log:
+            return
+        value = sum(self.running) / len(self.running)
+        self.first = value if self.first is None else self.first
+        self.last = value
+        record = {"step": state.step, "loss": value, "lr": learning_rate, "epoch": state.epoch}
+        self.accelerator.log({f"{self.name}/loss": value, f"{self.name}/lr": learning_rate}, step=state.step)
+        self.progress.set_postfix(loss=f"{value:.4f}")
+        if self.accelerator.is_main_process:
+            with self.history.open("a") as handle:
+                handle.write(json.dumps({"phase": self.name, **record}) + "\n")
+        self.running = []
+
+    def close(self) -> None:
+        self.progress.close()
 
 
 @dataclass

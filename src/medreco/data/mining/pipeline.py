@@ -1,7 +1,7 @@
 """`medreco mine`: from a manifest of studies (images + reports) to supervision datasets.
 
 Steps: read the manifest -> patient-level splits -> decompose every report (in parallel, cached
-on disk so an interrupted run resumes) -> retrieval triplets and benchmark queries -> longitudinal
+on disk so an interrupted run resumes) -> retrieval triplets and test queries -> longitudinal
 change labels -> comparative VQA with its filters -> Hugging Face `datasets` saved to disk.
 Reports are read by the rule-based decomposer or by a language model (`MiningConfig.decomposer`,
 `decomposers.LLMSettings`); decomposition can be spread over machines (`shards`: `mine_shard`,
@@ -19,7 +19,7 @@ the patient hash). The synthetic cohort's `manifest.jsonl` is one. Output folder
     triplets/      anchor, positive, negative, entity_id, modality, split
     retrieval/     query, entity_id, modality, split, gallery, relevant, irrelevant (every split: train/validation
                    queries label the reranker's candidates and stage 1's in-batch negatives; test and
-                   external queries are the benchmark)
+                   external queries are the test set)
     longitudinal/  prior, current, patient_id, entity_id, label, attribute, split
     vqa/           study_a, study_b, entity_id, dimension, question, options, answer, open_question,
                    open_answer, labels, split
@@ -87,7 +87,7 @@ class MiningConfig:
     triplets_per_anchor: int = 2
     vqa_pairs_per_group: int = 2000
     # Splits whose questions the language-prior filter judges; none by default. The paper filters every
-    # split (`("train", "validation", "test")`): a benchmark every text-only baseline loses by
+    # split (`("train", "validation", "test")`): a test set every text-only baseline loses by
     # construction. Filtering the training split alone shifts its answers away from the test split's
     # (the removed questions are the common answers), and a VLM trained on it learns the reverse of
     # the prior: docs/mining.md, "The language-prior filter".

@@ -1,5 +1,5 @@
 """Retrieval supervision from report agreement: anchor-positive-negative triplets per modality and
-entity, and retrieval benchmarks (queries, gallery, relevant items). Studies are paired only
+entity, and retrieval test sets (queries, gallery, relevant items). Studies are paired only
 within their split (MedReCo Table S2)."""
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def change_questions(
 
 def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[dict]:
     """Closed questions from the mined longitudinal table (prior, current, entity_id, label,
-    attribute): the follow-up benchmark of MedReCo section 4.4, in the VQA table's columns (the
+    attribute): the follow-up test set of MedReCo section 4.4, in the VQA table's columns (the
     prior is `study_a`, labelled "Prior"), with `label` and `attribute` kept for stratified scores."""
     questions = []
     for row in rows:
