@@ -37,6 +37,16 @@ SCRIPT = str(HERE / "distributed_train.py")
 KILLED = {"zero3": "stage1,stage2_lora", "fsdp2": "stage1"}
 
 
+# route -> the packaged launch config `accelerate launch` is given (the other routes use torchrun)
+LAUNCH_CONFIG_OF = {
+    "zero2": "deepspeed_zero2",
+    "zero3": "deepspeed_zero3",
+    "fsdp2": "fsdp",
+    "zero3_offload_config": "deepspeed_zero3_offload",
+    "cpu_config": "cpu",
+}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -44,7 +54,7 @@ def free_port() -> int:
 
 
 def launch(strategy: str, mined: Path, out: Path, *args: str, env: dict | None = None, configs: Path | None = None):
-    """Two ranks of tests/distributed_train.py under `strategy`; the completed process."""
+    """tests/distributed_train.py launched by `strategy`'s route (two ranks; one for the `cpu` config)."""
     if strategy.startswith("zero"):
         pytest.importorskip("deepspeed")
     environment = {**os.environ, **(env or {})}
@@ -55,8 +65,9 @@ def launch(strategy: str, mined: Path, out: Path, *args: str, env: dict | None =
         else:  # the JSON by its path, as a user passes their own
             args = (*args, "--deepspeed", str(deepspeed_config_path(strategy)))
     else:  # the packaged launch config, written as a user writes it
-        name = {"zero2": "deepspeed_zero2", "zero3": "deepspeed_zero3", "fsdp2": "fsdp"}[strategy]
-        config = write_launch_config(name, configs or out.parent / f"{out.name}-configs", num_processes=2)
+        name = LAUNCH_CONFIG_OF[strategy]
+        processes = 1 if name == "cpu" else 2
+        config = write_launch_config(name, configs or out.parent / f"{out.name}-configs", num_processes=processes)
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
         command += ["--main_process_port", str(free_port())]
     return subprocess.run(
@@ -116,12 +127,17 @@ def phase_summaries(folder: Path) -> list[dict]:
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp2"])
 def test_every_stage_trains_on_two_ranks_to_the_single_process_weights(strategy, reference, launched):
-    out = launched(strategy)
+    check_every_stage(launched(strategy), reference, strategy, processes=2)
+
+
+def check_every_stage(out: Path, reference: Path, strategy: str, processes: int) -> None:
+    """Every stage of a launched run: the ranks agree, the run used `strategy` on `processes`, ZeRO-3
+    and FSDP2 in fact sharded the parameters, the final folders load and match the reference run."""
     for stage in STAGES:
         digests = [json.loads(p.read_text())["digest"] for p in (out / stage / "ranks").glob("rank*.json")]
-        assert len(digests) == 2 and len(set(digests)) == 1, f"{stage}: the ranks' whole models differ"
+        assert len(digests) == processes and len(set(digests)) == 1, f"{stage}: the ranks' whole models differ"
         for summary in phase_summaries(out / stage / "final"):
-            assert (summary["strategy"], summary["processes"]) == (strategy, 2), (stage, summary)
+            assert (summary["strategy"], summary["processes"]) == (strategy, processes), (stage, summary)
             # the parameters were in fact sharded (ZeRO-3 partitions, FSDP2 DTensors), not whole copies
             if strategy in ("zero3", "fsdp2"):
                 assert summary["parameter_share"] <= SHARDED, (stage, summary)
@@ -133,6 +149,19 @@ def test_every_stage_trains_on_two_ranks_to_the_single_process_weights(strategy,
         distance = relative_distance(reference, out, stage)
         assert distance < TOLERANCE, f"{strategy} {stage}: {distance:.3f} from the single-process run"
     assert (out / "stage2_lora" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("route", "strategy", "processes", "extra"),
+    [("zero3_offload_config", "zero3", 2, ()), ("cpu_config", "single", 1, ("--accumulation", "2"))],
+)
+def test_the_other_packaged_launch_configs_train_every_stage(
+    route, strategy, processes, extra, toy, reference, tmp_path
+):
+    """`accelerate launch` with the offload and the one-process CPU configs, as a user writes them
+    (`multi_gpu` and `multi_node_deepspeed_zero3` need GPUs or machines: checked by Accelerate's loader)."""
+    check_ran(launch(route, toy, tmp_path / "run", *extra))
+    check_every_stage(tmp_path / "run", reference, strategy, processes)
 
 
 def test_other_global_batches_are_told_apart(toy, reference, tmp_path):
@@ -148,12 +177,7 @@ def test_torchrun_with_a_deepspeed_json_trains_every_stage_sharded(toy, referenc
     """The route without a launcher config: `torchrun ... --deepspeed JSON` (the recipe's
     `run.deepspeed_config`), here ZeRO-3 with CPU offload given by the JSON's path."""
     check_ran(launch("zero3_offload", toy, tmp_path))
-    for stage in STAGES:
-        summaries = phase_summaries(tmp_path / stage / "final")
-        assert {s["strategy"] for s in summaries} == {"zero3"}, (stage, summaries)
-        assert all(s["parameter_share"] <= SHARDED for s in summaries), (stage, summaries)
-        distance = relative_distance(reference, tmp_path, stage)
-        assert distance < TOLERANCE, f"zero3_offload {stage}: {distance:.3f} from the single-process run"
+    check_every_stage(tmp_path, reference, "zero3", processes=2)
 
 
 def test_deepspeed_beside_accelerate_use_cpu_is_refused_in_one_line(toy, tmp_path):
