@@ -36,11 +36,14 @@ def fsdp_requested() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
-def check_deepspeed_launch() -> None:
-    """Refuse DeepSpeed beside `ACCELERATE_USE_CPU`: that variable makes Accelerate start plain CPU
-    processes (DDP) and ignore DeepSpeed, so stage 1 would train unsharded without a word and stage 2
-    crash inside TRL. DeepSpeed runs on CPU ranks without it."""
-    if os.environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes", "y", "on"):
+def check_deepspeed_launch(deepspeed_config: str | None) -> None:
+    """Refuse DeepSpeed (the recipe's `deepspeed_config`, or the launcher's) beside `ACCELERATE_USE_CPU`:
+    that variable makes Accelerate start plain CPU processes (DDP) and ignore DeepSpeed, so stage 1
+    would train unsharded without a word and stage 2 crash inside TRL. DeepSpeed runs on CPU ranks
+    without it."""
+    from accelerate.utils import parse_flag_from_env
+
+    if (deepspeed_config or deepspeed_requested()) and parse_flag_from_env("ACCELERATE_USE_CPU"):
         raise LaunchConfigError(
             "ACCELERATE_USE_CPU=1 makes Accelerate run plain DDP and ignore DeepSpeed; unset it for a DeepSpeed "
             "run (`torchrun --nproc_per_node 2 -m medreco train ... --deepspeed zero3` runs on CPUs as it is)"

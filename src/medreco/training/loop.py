@@ -90,8 +90,7 @@ def make_accelerator(run: RunConfig, optimization: OptimizationConfig, project_d
     if on_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun on CPUs: gloo
         handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=timedelta(minutes=30)))
     plugin = None
-    if run.deepspeed_config or deepspeed_requested():
-        check_deepspeed_launch()
+    check_deepspeed_launch(run.deepspeed_config)
     if run.deepspeed_config:
         plugin = DeepSpeedPlugin(hf_ds_config=str(deepspeed_config_path(run.deepspeed_config)))
     elif deepspeed_requested():  # `accelerate launch` with a DeepSpeed config: its JSON from the environment

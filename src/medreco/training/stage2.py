@@ -306,8 +306,7 @@ def _trainer_class():
 class Stage2Trainer:
     def __init__(self, config: Stage2Config):
         self.config = config
-        if config.run.deepspeed_config or deepspeed_requested():
-            check_deepspeed_launch()
+        check_deepspeed_launch(config.run.deepspeed_config)
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.processor = build_vlm(config, self.data)
