@@ -56,9 +56,31 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     closed = metrics["vqa"]["closed"]
     assert closed["vlm"]["questions"] == closed["text_only"]["questions"] > 0
     assert 0.0 <= closed["vlm"]["accuracy"] <= 1.0 and 0.0 <= closed["text_only"]["accuracy"] <= 1.0
-    assert closed["scoring"] == "answer" and set(closed["by_scoring"]) == {"letter", "answer"}
+    assert closed["scoring"] == "answer" and set(closed["by_scoring"]) == {"letter", "answer", "answer_mean"}
     assert closed["by_scoring"]["answer"] == {**closed["vlm"], "mcnemar": closed["mcnemar"]}
     assert closed["by_scoring"]["letter"]["questions"] == closed["vlm"]["questions"]
+    # the blind VLM (trained in the demo) and every system on image-answerable and report-only questions
+    assert closed["blind_vlm"]["questions"] == closed["vlm"]["questions"]
+    assert closed["answerability"]["available"]
+    groups = [g for g in ("image_answerable", "report_only") if g in closed]
+    assert "image_answerable" in groups
+    assert (
+        sum(closed[g]["questions"] for g in groups) + closed["answerability"]["counts"]["unknown"]
+        == (closed["vlm"]["questions"])
+    )
+    for group in groups:
+        for system in ("vlm", "blind_vlm", "text_only", "majority"):
+            assert 0.0 <= closed[group][system]["accuracy"] <= 1.0, (group, system)
+        assert set(closed[group]["comparisons"]) == {"blind_vlm", "text_only", "majority"}
+    assert set(closed["image_answerable"]["by_family"]) <= families
+    swap = metrics["vqa"]["swap_consistency"]
+    for system in ("vlm", "blind_vlm"):
+        assert 0.0 <= swap[system]["order_dependent"]["rate"] <= 1.0 and swap[system]["questions"] > 0
+    assert swap["vlm"]["questions"] == swap["blind_vlm"]["questions"]
+    probe = metrics["probe"]
+    assert probe["table"] and all(0.0 <= row["auc"] <= 1.0 for row in probe["table"])
+    assert "probabilities" not in next(iter(probe["entities"].values()))
+    assert metrics["presence_ceiling"]["questions"] >= 0
     report_metrics = {"ratescore", "radgraph"}  # scored when installed, else the reason is recorded
     assert set(metrics["vqa"]["open_ended"]) - report_metrics == {
         "questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"
@@ -80,13 +102,16 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
         assert baseline["questions"] == follow_up["questions"] and 0.0 <= baseline["accuracy"] <= 1.0
         assert baseline["clustered"]["clusters"] >= 1 and 0 <= baseline["mcnemar"]["p_value"] <= 1
     times = metrics["wall_time_seconds"]
-    assert set(times) >= {"cohort", "mining", "stage1", "reranker", "stage2", "evaluation", "total"}
+    assert set(times) >= {"cohort", "mining", "stage1", "reranker", "stage2", "stage2_blind", "evaluation", "total"}
     assert times["total"] >= sum(v for k, v in times.items() if k != "total") - 1
 
 
 def test_demo_writes_reports_figures_and_loadable_models(demo):
-    for name in ("report.md", "report.html", "figures/recall_bars.png", "figures/confusion.png", "figures/montage.png"):
+    figures = ("recall_bars", "confusion", "montage", "answerability")
+    for name in ("report.md", "report.html", *(f"figures/{figure}.png" for figure in figures)):
         assert (demo / name).stat().st_size > 0, name
+    report = (demo / "report.md").read_text()
+    assert "image-answerable" in report and "Swap consistency" in report and "Ceiling" in report
     html = (demo / "report.html").read_text()
     assert "<table>" in html and 'src="figures/recall_bars.png"' in html and "Recall" in html
     models = demo / "models"

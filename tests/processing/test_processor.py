@@ -256,6 +256,31 @@ def test_answer_scoring_picks_the_option_whose_whole_answer_is_most_likely(proce
         choose_option(model, processor, images, "chest_xray", question, options, "vibes")
 
 
+def test_option_scoring_reads_the_shared_prompt_once_with_the_same_logits(processor):
+    """The options' answers are scored after one pass over the shared prompt (images included),
+    its key-value cache reused: the logits equal those of the plain padded batch."""
+    from medreco.evaluation.vqa import _option_logits
+    from medreco.training.stage2 import closed_answer, closed_prompt, conversation
+
+    model = random_vlm(processor, seed=1)
+    images = [np.random.rand(50, 50), np.random.rand(50, 50)]
+    options = ["Case A only", "Neither case", "Both cases", "Case B only"]
+    conversations = [
+        conversation(
+            closed_prompt("Which case shows effusion?", options), "chest_xray", closed_answer(options, x), images
+        )
+        for x in "ABCD"
+    ]
+    inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
+    keep = ("input_ids", "attention_mask", "pixel_values", "modality_ids")
+    with torch.no_grad():
+        plain = model(**{k: v for k, v in inputs.items() if k in keep}).logits
+        shared = _option_logits(model, processor, inputs, images_per_option=2)
+    valid = inputs["attention_mask"].bool()
+    assert shared.shape == plain.shape
+    torch.testing.assert_close(shared[valid], plain[valid], atol=1e-4, rtol=1e-4)
+
+
 def test_letter_scoring_shares_the_forward_of_answer_scoring(processor):
     """The next-token logits after the assistant turn opens are the logits before the first answer
     token of the answer batch, so both scorings come from one forward and agree with each alone."""

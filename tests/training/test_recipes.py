@@ -56,7 +56,7 @@ def test_the_demo_recipe_is_the_tiny_recipe_with_the_demos_changes():
     changed = {
         "stage1": {"freeze_text_encoder": True, "statement_alignment_weight": 1.0, "ranking_loss": "contrastive"},
         "reranker": {},
-        "stage2": {"entity_tokens": True, "longitudinal_repeats": 8},
+        "stage2": {"entity_tokens": True, "longitudinal_repeats": 8, "curriculum_steps": 150, "open_ended_share": 0.25},
     }
     for stage, expected in changed.items():
         tiny, demo = to_dict(load_recipe("tiny", stage)), to_dict(load_recipe("demo", stage))
@@ -68,6 +68,7 @@ def test_the_demo_recipe_is_the_tiny_recipe_with_the_demos_changes():
     settings = read_recipe("demo")["demo"]
     assert settings["mining"]["metrics"] == ["agreement"] and sum(settings["mining"]["split_fractions"].values()) == 1
     assert settings["mining"]["language_prior_splits"] == []  # explicit, as the library default
+    assert settings["mining"]["vqa_pairs_per_study"] == 4  # pairs in proportion to each family's studies
     assert set(settings["sizes"]) == {"full", "quick"} and settings["sizes"]["full"]["patients"] == 400
 
 

@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForImageTextToText
 
 from conftest import example_inputs
 from medreco.cli import main
-from medreco.training import RecipeError
+from medreco.training import RecipeError, load_recipe
 from medreco.training.stage2 import Stage2Trainer
 from toy_training import stage2_config
 
@@ -208,3 +208,45 @@ def test_follow_up_questions_can_be_repeated_in_training():
     assert load_recipe("tiny", "stage2", ["longitudinal_repeats=3"]).longitudinal_repeats == 3
     with pytest.raises(RecipeError, match="longitudinal_repeats: at least 1"):
         load_recipe("tiny", "stage2", ["longitudinal_repeats=0"])
+
+
+def test_curriculum_opens_with_single_image_presence_batches(stage1_run, toy, tmp_path):
+    """`curriculum_steps`: the first steps' batches are one-image "Does this image show X?" questions
+    whose answers follow each training study's report statuses; the comparative mix follows."""
+    _, stage1_out, _, _ = stage1_run
+    trainer = Stage2Trainer(
+        stage2_config(toy, stage1_out / "final", tmp_path, "curriculum_steps=3", "optimization.max_steps=5")
+    )
+    rows = trainer.dataset().to_list()
+    first, rest = rows[: 3 * trainer.batch_size], rows[3 * trainer.batch_size :]
+    assert all(len(row["images"]) == 1 for row in first) and all(len(row["images"]) == 2 for row in rest)
+    image_of = {study.image: study for study in trainer.data.studies.values()}
+    for row in first:
+        question, answer = (message["content"][-1]["text"] for message in row["messages"])
+        assert question.startswith("Does this image show ") and answer in ("A. Yes", "B. No")
+        study = image_of[row["images"][0]]
+        assert study.split == "train"
+        positives = {e for e in study.statements if study.status(e) == "positive"}
+        negatives = {e for e in study.statements if study.status(e) == "negative"}
+        assert positives if answer == "A. Yes" else negatives, (study.study_id, question)
+    summary = trainer.train()["stage2"]
+    assert summary["steps"] == 5 and summary["last_loss"] is not None
+    with pytest.raises(RecipeError, match="curriculum_steps"):
+        load_recipe("tiny", "stage2", ["curriculum_steps=-1"])
+
+
+def test_open_ended_share_keeps_that_share_of_the_twins(stage1_run, toy):
+    from medreco.data.mining import MinedData
+    from medreco.training.stage2 import vqa_examples
+
+    data = MinedData(toy)
+    every = vqa_examples(data, "train", include_open_ended=True)
+    closed = vqa_examples(data, "train", include_open_ended=False)
+    none = vqa_examples(data, "train", include_open_ended=True, open_ended_share=0.0)
+    half = vqa_examples(data, "train", include_open_ended=True, open_ended_share=0.5)
+    twins = len(every) - len(closed)
+    assert twins > 10 and len(none) == len(closed)
+    assert 0.2 * twins < len(half) - len(closed) < 0.8 * twins
+    assert half == vqa_examples(data, "train", include_open_ended=True, open_ended_share=0.5)  # the same twins
+    with pytest.raises(RecipeError, match="open_ended_share"):
+        load_recipe("tiny", "stage2", ["open_ended_share=1.5"])

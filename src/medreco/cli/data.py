@@ -96,6 +96,14 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         help="splits whose VQA questions the language-prior filter judges (comma-separated; default none; "
         "the paper: train,validation,test); the training questions it removes go to vqa_removed",
     )
+    parser.add_argument(
+        "--vqa-pairs", type=int, default=2000, help="study pairs asked about per (modality, split), at most"
+    )
+    parser.add_argument(
+        "--vqa-pairs-per-study",
+        type=float,
+        help="instead: this many pairs per study of each (modality, split), so families count by their studies",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--shard",
@@ -224,6 +232,8 @@ def _mine(args: argparse.Namespace) -> int:
         negative_threshold=_thresholds(args.negative_threshold),
         levels=names(args.levels),
         language_prior_splits=names(args.language_prior_splits),
+        vqa_pairs_per_group=args.vqa_pairs,
+        vqa_pairs_per_study=args.vqa_pairs_per_study,
         decomposer=decomposer,
         llm=llm,
         seed=args.seed,

@@ -22,12 +22,21 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME_OR_PATH",
         help="also rank with a CLIP-style model's whole-image similarity (repeatable)",
     )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="also fit a linear probe of the frozen entity-conditioned features for each entity's status "
+        "on the train split, score it on --split, and report the presence-question accuracy it implies "
+        '(text prior x probe: the ceiling for a stage 2 on these features); in --out as "probe" and '
+        '"presence_ceiling"',
+    )
     parser.add_argument("--out", help="write the per-query results and summary (JSON)")
     parser.add_argument("--quiet", action="store_true")
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline."""
+    """Retrieval Recall@k / NDCG with and without the reranker against the holistic baseline; with
+    `--probe`, the linear probe of the frozen features and the presence ceiling it implies."""
     from ..atomic import write_text_atomically
     from ..data.mining import MinedData
     from ..evaluation import ClipBaseline, evaluate_retrieval
@@ -37,9 +46,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
     data = MinedData(args.mined)
     clip = {f"clip:{Path(name).name}": ClipBaseline(name, data.studies) for name in args.clip_model}
+    probe = _probe(encoder, data, args) if args.probe else {}  # first: its refusals come before any ranking
     report = evaluate_retrieval(
         encoder, data, args.split, reranker, args.rerank_top, extra_systems=clip, progress=not args.quiet
     )
+    report.update(probe)
     if args.out:
         write_text_atomically(args.out, json.dumps(report, indent=1))
     for modality, levels in report["summary"].items():
@@ -50,7 +61,38 @@ def _evaluate(args: argparse.Namespace) -> int:
                 for name, v in systems.items()
             )
             print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
+    if probe:
+        _print_probe(probe)
     return 0
+
+
+def _probe(encoder, data, args: argparse.Namespace) -> dict:
+    """`--probe`: the probe fitted on the train split and scored on `--split`, and the presence ceiling."""
+    from ..evaluation import linear_probe, presence_ceiling
+
+    probe = linear_probe(encoder, data, split=args.split, progress=not args.quiet)
+    train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
+    ceiling = presence_ceiling(probe, data.rows("vqa", args.split), train_rows, data.studies)
+    return {"probe": probe, "presence_ceiling": ceiling}
+
+
+def _print_probe(result: dict) -> None:
+    from ..evaluation import probe_table
+
+    for row in probe_table(result["probe"]):
+        print(
+            f"probe {row['entity']:<60} n={row['n_test']:<4} AUC {row['auc']:.3f}  "
+            f"balanced accuracy {row['balanced_accuracy']:.3f}"
+        )
+    ceiling = result["presence_ceiling"]
+    if not ceiling["questions"]:
+        print("presence ceiling: no presence question about a probed entity")
+        return
+    low, high = ceiling["ci95"]
+    print(
+        f"presence ceiling accuracy {ceiling['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] "
+        f"(n={ceiling['questions']}; text-only {ceiling['text_only']['accuracy']:.3f})"
+    )
 
 
 def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +126,12 @@ def _evaluate_public(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("evaluate", "retrieval Recall@k/NDCG: entity, entity+rerank, holistic", _evaluate_arguments, _evaluate),
+    Command(
+        "evaluate",
+        "retrieval Recall@k/NDCG: entity, entity+rerank, holistic; --probe: linear probe and presence ceiling",
+        _evaluate_arguments,
+        _evaluate,
+    ),
     Command(
         "evaluate-public",
         "a public paired-image evaluation set: MMXU, MS-CXR-T, Medical-Diff-VQA",

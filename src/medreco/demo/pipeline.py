@@ -49,6 +49,7 @@ class DemoConfig:
     stage2_steps: int | None = None
     stage2_batch_size: int | None = None
     closed_questions: int | None = None  # closed VQA test questions scored (sampled)
+    swap_questions: int | None = None  # of those, asked again with the two images swapped (sampled)
     family_patients: dict[str, int] | None = None  # patients given each smaller family (brain MRI, ...)
     open_questions: int | None = None  # open-ended test questions answered and scored (sampled)
     seed: int = 0
@@ -81,7 +82,10 @@ def _done(folder: Path) -> bool:
     return (folder / "config.json").exists()
 
 
-STAGES = ("stage1", "reranker", "stage2")
+STAGES = ("stage1", "reranker", "stage2", "stage2_blind")
+# a demo stage trained by another recipe stage: (that stage, what the demo adds to it). The blind VLM
+# is stage 2 on blank images with the same data, steps and seed: what the VLM answers without the images.
+STAGE_RECIPES = {"stage2_blind": ("stage2", ("blind_images=true",))}
 
 
 def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
@@ -196,9 +200,10 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
             f"optimization.batch_size_3d={config.stage2_batch_size}",
         ],
     }
-    if stage not in stages:
+    if stage not in STAGES:
         raise ValueError(f"the demo has no stage {stage!r}; choose from {STAGES}")
-    return common + stages[stage]
+    recipe_stage, extra = STAGE_RECIPES.get(stage, (stage, ()))
+    return common + stages[recipe_stage] + list(extra)
 
 
 def train_demo_stage(config: DemoConfig, stage: str, clock: Stopwatch | None = None) -> Path:
@@ -208,8 +213,9 @@ def train_demo_stage(config: DemoConfig, stage: str, clock: Stopwatch | None = N
 
     final = Path(config.out_dir) / "models" / stage / "final"
     if not _done(final):
-        recipe = load_recipe(RECIPE, stage, stage_overrides(config, stage))
-        (clock or Stopwatch()).run(stage, lambda: train_stage(stage, recipe))
+        recipe_stage = STAGE_RECIPES.get(stage, (stage,))[0]
+        recipe = load_recipe(RECIPE, recipe_stage, stage_overrides(config, stage))
+        (clock or Stopwatch()).run(stage, lambda: train_stage(recipe_stage, recipe))
     return final
 
 
@@ -302,59 +308,108 @@ def write_model_cards(metrics: dict, models: Path) -> None:
 
 
 def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
-    """Retrieval, closed and open-ended VQA and longitudinal scores on the test split."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
+    """Retrieval, closed and open-ended VQA (VLM and blind VLM) and longitudinal scores on the test split."""
     from ..atomic import write_text_atomically
-    from ..data.mining.vqa import longitudinal_questions
-    from ..data.reports.ontology import Ontology
-    from ..evaluation import (
-        BERTScorer,
-        available_report_metrics,
-        evaluate_closed_vqa,
-        evaluate_longitudinal,
-        evaluate_open_ended,
-        evaluate_retrieval,
-        sample_rows,
-    )
-    from ..inference import ComparativeReader, RerankerScorer, RetrievalEncoder
+    from ..evaluation import evaluate_retrieval, linear_probe, probe_table
+    from ..inference import RerankerScorer, RetrievalEncoder
 
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
     scorer = RerankerScorer.from_pretrained(models / "reranker" / "final")
     retrieval = evaluate_retrieval(encoder, data, "test", scorer, rerank_top=10, progress=config.progress)
     write_text_atomically(out / "retrieval_queries.json", json.dumps(retrieval["queries"]))
+    probe = linear_probe(encoder, data, progress=config.progress)
+    vqa = evaluate_demo_vqa(config, data, models, probe)
+    entities = {e: {k: v for k, v in entry.items() if k != "probabilities"} for e, entry in probe["entities"].items()}
+    return {
+        "retrieval": retrieval["summary"],
+        "retrieval_by_entity": retrieval["by_entity"],
+        **vqa,
+        "probe": {
+            **{k: v for k, v in probe.items() if k != "entities"},
+            "entities": entities,
+            "table": probe_table(probe),
+        },
+        "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
+    }
 
-    vlm_folder = models / "stage2" / "final"
-    model = AutoModelForImageTextToText.from_pretrained(vlm_folder).eval()
-    processor = AutoProcessor.from_pretrained(vlm_folder)
+
+def _load_vlm(folder: Path):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    return AutoModelForImageTextToText.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
+
+
+def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None = None) -> dict:
+    """Closed VQA of the VLM and the blind VLM against the baselines, overall and on the questions
+    the images can answer apart from those only the reports answer; swap consistency of both
+    models; the follow-up test set and open-ended answers of the VLM; with the stage-1 `probe`
+    (`evaluation.linear_probe`), the presence ceiling it implies on the same closed questions."""
+    from ..data.mining.vqa import longitudinal_questions
+    from ..data.reports.ontology import Ontology
+    from ..evaluation import (
+        BERTScorer,
+        answerability_breakdown,
+        available_report_metrics,
+        closed_predictions,
+        evaluate_closed_vqa,
+        evaluate_longitudinal,
+        evaluate_open_ended,
+        evaluate_swap_consistency,
+        preload_images,
+        presence_ceiling,
+        sample_rows,
+        swap_comparison,
+    )
+    from ..inference import ComparativeReader
+
+    model, processor = _load_vlm(models / "stage2" / "final")
+    blind, blind_processor = _load_vlm(models / "stage2_blind" / "final")
+    studies = preload_images(data.studies, data.study_ids("test"), processor.image_processor, config.progress)
     closed_rows = sample_rows(data.rows("vqa", "test"), config.closed_questions, config.seed)
     # the baselines learn from the training split as it was before the language-prior filter
     baseline_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
-    closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, data.studies, config.progress)
+    closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, studies, config.progress)
+    hits = closed.pop("hits")
+    blind_letters = closed_predictions(blind, blind_processor, closed_rows, studies, config.progress, ("answer",))
+    hits["blind_vlm"] = [p == row["answer"] for p, row in zip(blind_letters["answer"], closed_rows, strict=True)]
+    breakdown = answerability_breakdown(hits, closed_rows, studies)
+    closed["blind_vlm"] = breakdown["systems"]["blind_vlm"]
+    closed["answerability"] = {key: value for key, value in breakdown.items() if key != "groups"}
+    for group, entry in breakdown.get("groups", {}).items():  # image_answerable, report_only, unknown
+        closed[group] = {**entry.pop("systems"), **entry}
+    swap_rows = sample_rows(closed_rows, config.swap_questions, config.seed)
+    swaps = {
+        name: evaluate_swap_consistency(m, p, swap_rows, studies, config.progress)
+        for name, (m, p) in (("vlm", (model, processor)), ("blind_vlm", (blind, blind_processor)))
+    }
+    swap = {
+        name: {k: v for k, v in result.items() if k not in ("predicted", "predicted_swapped", "hits")}
+        for name, result in swaps.items()
+    }
+    swap["vlm_minus_blind_vlm"] = swap_comparison(swaps["vlm"], swaps["blind_vlm"])
     ontology = Ontology.load()
     follow_up = longitudinal_questions(data.rows("longitudinal", "test"), ontology, config.seed)
     follow_up_train = longitudinal_questions(data.rows("longitudinal", "train"), ontology, config.seed)
     longitudinal = evaluate_longitudinal(
-        model, processor, follow_up, data.studies, config.progress, train_rows=follow_up_train
+        model, processor, follow_up, studies, config.progress, train_rows=follow_up_train
     )
     open_rows = sample_rows(
         [r for r in data.rows("vqa", "test") if r.get("open_question")], config.open_questions, config.seed
     )
     report_metrics, unavailable = available_report_metrics()
     open_ended = evaluate_open_ended(
-        ComparativeReader(model, processor), open_rows, data.studies, BERTScorer(), config.progress, report_metrics
+        ComparativeReader(model, processor), open_rows, studies, BERTScorer(), config.progress, report_metrics
     )
     return {
-        "retrieval": retrieval["summary"],
-        "retrieval_by_entity": retrieval["by_entity"],
         "vqa": {
             "closed": closed,
+            "swap_consistency": swap,
             "open_ended": open_ended["scores"],
             "unavailable_metrics": unavailable,
             "examples": open_ended["examples"],
         },
         "longitudinal": longitudinal,
-        "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
+        **({"presence_ceiling": presence_ceiling(probe, closed_rows, baseline_rows, studies)} if probe else {}),
     }
 
 

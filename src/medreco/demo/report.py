@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text_atomically
+from .report_comparison import answerability_lines, answerability_plot, probe_lines
 
 SYSTEMS = ("entity", "entity+rerank", "holistic")
 
@@ -104,6 +105,8 @@ def markdown_report(metrics: dict) -> str:
         _entity_retrieval_lines,
         _montage_lines,
         _closed_vqa_lines,
+        answerability_lines,
+        probe_lines,
         _open_ended_lines,
         _longitudinal_lines,
         _wall_time_and_model_lines,
@@ -116,6 +119,7 @@ def markdown_report(metrics: dict) -> str:
 _SCORINGS = {
     "letter": "MedReCo-VLM (images + question; option letter)",
     "answer": "MedReCo-VLM (images + question; answer likelihood)",
+    "answer_mean": "MedReCo-VLM (images + question; answer likelihood per token)",
 }
 _BASELINE_NAMES = {
     "text_only": "text-only baseline (question only)",
@@ -251,6 +255,8 @@ def _closed_vqa_lines(metrics: dict) -> list[str]:
         "|---|---|---|",
     ]
     systems = [(_SCORINGS.get(name, name), entry) for name, entry in closed["by_scoring"].items()]
+    if "blind_vlm" in closed:
+        systems.append(("blind VLM (blank images; answer likelihood)", closed["blind_vlm"]))
     for label, entry in [*systems, *((_BASELINE_NAMES.get(name, name), entry) for name, entry in baselines.items())]:
         lines.append(
             f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
@@ -395,6 +401,7 @@ def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
     figures = out / "figures"
     recall_bars(metrics["retrieval"], figures / "recall_bars.png")
     confusion_plot(metrics["longitudinal"]["confusion"], figures / "confusion.png")
+    answerability_plot(metrics, figures / "answerability.png")
     markdown = markdown_report(metrics)
     paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "html": out / "report.html"}
     write_text_atomically(paths["metrics"], json.dumps(metrics, indent=1, default=str))

@@ -12,12 +12,15 @@ prompt) and its choice is, by `scoring`:
   Pointing at an option by its letter ("symbol binding") is a skill small language models learn
   late, long after what the answer says; a 7B instruction-tuned model (the paper's) has it, the
   demo's language model trained from scratch in minutes does not, so the letter is reported, not
-  the headline."""
+  the headline;
+- `"answer_mean"`: as `"answer"`, by the mean log-likelihood per answer token (length-normalised:
+  a long option is not penalised for its length)."""
 
 from __future__ import annotations
 
+import copy
 import random
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,7 +40,7 @@ from ..data.reports.decomposition import QuestionEntityFinder
 from ..processing import conversation
 from .metrics import bleu, clustered_paired_test, mcnemar_test, meteor, rouge_l, wilson_interval
 
-CLOSED_SCORING = ("answer", "letter")  # the first is the headline
+CLOSED_SCORING = ("answer", "answer_mean", "letter")  # the first is the headline
 
 
 def _model_inputs(inputs: dict, processor) -> dict:
@@ -65,7 +68,7 @@ def choose_options(
     letters = LETTERS[: len(options)]
     letter_ids = [processor.tokenizer.encode(letter, add_special_tokens=False)[0] for letter in letters]
     prompt = closed_prompt(question, list(options))
-    if "answer" not in scorings:
+    if not {"answer", "answer_mean"} & set(scorings):
         messages = conversation(prompt, modality, images=list(images), entity=entity)
         inputs = processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
@@ -79,16 +82,46 @@ def choose_options(
         for letter in letters
     ]
     inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
-    logits = model(**_model_inputs(inputs, processor)).logits[:, :-1].float()
+    logits = _option_logits(model, processor, inputs, len(images))[:, :-1].float()
     targets = inputs["labels"][:, 1:]
     trained = targets != -100
     token_scores = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    chosen = {"answer": letters[int(torch.argmax((token_scores * trained).sum(-1)))]}
+    summed = (token_scores * trained).sum(-1)
+    chosen = {
+        "answer": letters[int(torch.argmax(summed))],
+        "answer_mean": letters[int(torch.argmax(summed / trained.sum(-1).clamp(min=1)))],
+    }
     if "letter" in scorings:
         # every answer starts with its letter after the same prompt: the logits before it are shared
         before_answer = int(trained[0].nonzero()[0])
         chosen["letter"] = letters[int(torch.argmax(logits[0, before_answer, letter_ids]))]
     return {scoring: chosen[scoring] for scoring in scorings}
+
+
+def _option_logits(model, processor, inputs: dict, images_per_option: int) -> torch.Tensor:
+    """`model(**inputs).logits` for a batch of one prompt's options, the shared prompt (images
+    included) run once: its key-value cache serves every option's answer, so the vision encoder
+    reads the two images once and the language model reads the prompt once, not once per option.
+    Falls back to the plain batch when the rows share no prefix holding the images."""
+    model_inputs = _model_inputs(inputs, processor)
+    ids = inputs["input_ids"]
+    differs = (ids != ids[:1]).any(0).nonzero()
+    shared = int(differs[0]) if len(differs) else ids.shape[1] - 1
+    image_positions = (ids[0] == processor.image_token_id).nonzero()
+    if len(ids) == 1 or shared == 0 or (len(image_positions) and int(image_positions[-1]) >= shared):
+        return model(**model_inputs).logits
+    first = {k: v[:images_per_option] for k, v in model_inputs.items() if k in ("pixel_values", "modality_ids")}
+    if "entity_ids" in model_inputs:
+        first["entity_ids"] = model_inputs["entity_ids"][:images_per_option]
+    prefix = model(
+        input_ids=ids[:1, :shared], attention_mask=inputs["attention_mask"][:1, :shared], use_cache=True, **first
+    )
+    cache = prefix.past_key_values
+    cache.batch_repeat_interleave(len(ids))
+    rest = model(
+        input_ids=ids[:, shared:], attention_mask=inputs["attention_mask"], past_key_values=cache, use_cache=True
+    )
+    return torch.cat([prefix.logits.expand(len(ids), -1, -1), rest.logits], dim=1)
 
 
 def choose_option(
@@ -122,6 +155,7 @@ def closed_predictions(
     model.eval()
     predicted: dict[str, list[str]] = {scoring: [] for scoring in scorings}
     entities = row_entities(processor, rows, studies)
+    images = LoadedImages(processor.image_processor)
     for row, entity in tqdm(
         zip(rows, entities, strict=True),
         total=len(rows),
@@ -133,7 +167,7 @@ def closed_predictions(
         chosen = choose_options(
             model,
             processor,
-            [a.image, b.image],
+            [images[a.image], images[b.image]],
             a.modality,
             row["question"],
             row["options"],
@@ -143,6 +177,40 @@ def closed_predictions(
         for scoring in scorings:
             predicted[scoring].append(chosen[scoring])
     return predicted
+
+
+def preload_images(studies: dict, study_ids, image_processor, progress: bool = False) -> dict:
+    """`studies` with the images of `study_ids` read once into memory (copies of those study
+    records whose `image` is the loaded image; the others as they are): every later evaluation over
+    them skips the readers."""
+    loaded = dict(studies)
+    for study_id in tqdm(sorted(set(study_ids)), desc="reading test images", unit="study", disable=not progress):
+        study = copy.copy(studies[study_id])
+        study.image = image_processor.load(study.image)
+        loaded[study_id] = study
+    return loaded
+
+
+class LoadedImages:
+    """Images read once and kept (the most recent `capacity`): a study is in many question pairs,
+    and reading a DICOM series costs more than the model's pass over it. Arrays and loaded
+    images pass through."""
+
+    def __init__(self, image_processor, capacity: int = 2048):
+        self.image_processor, self.capacity = image_processor, capacity
+        self.loaded: OrderedDict = OrderedDict()
+
+    def __getitem__(self, image):
+        if not isinstance(image, (str, Path)):
+            return image
+        key = str(image)
+        if key in self.loaded:
+            self.loaded.move_to_end(key)
+        else:
+            self.loaded[key] = self.image_processor.load(image)
+            if len(self.loaded) > self.capacity:
+                self.loaded.popitem(last=False)
+        return self.loaded[key]
 
 
 def closed_accuracy(
@@ -206,7 +274,8 @@ def evaluate_closed_vqa(
     (`baselines`: text-only and majority answer, each with the exact McNemar test and, when the
     studies know their patients, the patient-clustered comparison: difference, cluster-bootstrap
     interval, sign-flip p-value; a question is clustered by one of its patients, `question_cluster`).
-    `text_only`, `mcnemar` and `clustered` repeat the text-only comparison."""
+    `text_only`, `mcnemar` and `clustered` repeat the text-only comparison; `hits` holds every
+    system's hit per question."""
     predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
@@ -221,6 +290,8 @@ def evaluate_closed_vqa(
             scoring: {**accuracy_summary(scored), "mcnemar": mcnemar_test(scored, text)}
             for scoring, scored in hits.items()
         },
+        # per question: the headline VLM's and each baseline's hits, for comparisons with other systems
+        "hits": {"vlm": hits[scorings[0]], **baselines},
     }
 
 
@@ -376,6 +447,7 @@ __all__ = [
     "closed_accuracy",
     "closed_predictions",
     "closed_vqa_summary",
+    "preload_images",
     "question_cluster",
     "baseline_hits",
     "evaluate_closed_vqa",

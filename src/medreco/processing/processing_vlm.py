@@ -297,12 +297,13 @@ def conversation(
     answer: str | None = None,
     images: list | None = None,
     entity: str | None = None,
+    image_count: int = 2,
 ) -> list:
-    """A two-image conversation in the processor's chat format. Without `images` the image blocks
-    are placeholders that TRL's collator fills from the dataset's `images` column. `entity`: the
-    entity id the question is about, for a VLM with entity tokens."""
+    """A conversation about two images (or `image_count`) in the processor's chat format. Without
+    `images` the image blocks are placeholders that TRL's collator fills from the dataset's `images`
+    column. `entity`: the entity id the question is about, for a VLM with entity tokens."""
     blocks = (
-        [{"type": "image", "modality": modality} for _ in range(2)]
+        [{"type": "image", "modality": modality} for _ in range(image_count)]
         if images is None
         else [{"type": "image", "image": image, "modality": modality} for image in images]
     )

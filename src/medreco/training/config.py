@@ -154,6 +154,13 @@ class Stage2Config:
     # model (MedReCoVLMConfig.blind_images)
     blind_images: bool = False
     include_open_ended: bool = True
+    # the share of closed questions whose open-ended twin is trained on too (1: every one, which doubles
+    # the conversations; a twin repeats in words what its closed answer says)
+    open_ended_share: float = 1.0
+    # optimiser steps of single-image presence questions ("Does this image show X?", from each training
+    # study's report statements) before the comparative mix: the language model first learns to read
+    # one image's tokens for a finding, then to compare two. Counted in optimization.max_steps.
+    curriculum_steps: int = 0
     include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
     # how many times each follow-up question appears in training: the follow-up table is a few per
     # cent of the questions, and the interval-change label a skill of its own
@@ -164,6 +171,10 @@ class Stage2Config:
     def __post_init__(self):
         if self.longitudinal_repeats < 1:
             raise RecipeError(f"stage2.longitudinal_repeats: at least 1, not {self.longitudinal_repeats}")
+        if not 0.0 <= self.open_ended_share <= 1.0:
+            raise RecipeError(f"stage2.open_ended_share: a share between 0 and 1, not {self.open_ended_share}")
+        if self.curriculum_steps < 0:
+            raise RecipeError(f"stage2.curriculum_steps: 0 or more, not {self.curriculum_steps}")
 
 
 STAGES: dict[str, type] = {"stage1": Stage1Config, "reranker": RerankerTrainingConfig, "stage2": Stage2Config}

@@ -11,6 +11,7 @@ one batch each (shuffled per epoch) and read in that order."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -23,6 +24,7 @@ from transformers import AutoTokenizer, set_seed
 
 from ..atomic import save_folder_atomically
 from ..data.mining import MinedData
+from ..data.mining.questions import presence_subject
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
 from ..errors import TrainingDataError
@@ -62,6 +64,13 @@ def closed_rows(
     return rows
 
 
+def _kept_share(key: str, share: float) -> bool:
+    """Whether an item of stable `key` falls in the first `share` of a fixed hash order."""
+    if share >= 1.0:
+        return True
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) < share * 16**8
+
+
 def vqa_examples(
     data: MinedData,
     split: str,
@@ -69,9 +78,11 @@ def vqa_examples(
     include_longitudinal: bool = True,
     entity_tokens: bool = False,
     longitudinal_repeats: int = 1,
+    open_ended_share: float = 1.0,
 ) -> list[dict]:
     """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables
-    (each follow-up question `longitudinal_repeats` times); with `entity_tokens`, the image blocks
+    (each follow-up question `longitudinal_repeats` times; the open-ended twins of `open_ended_share`
+    of the closed questions, chosen by a hash of the question); with `entity_tokens`, the image blocks
     name the row's entity."""
     examples = []
     for row in closed_rows(data, split, include_longitudinal, longitudinal_repeats):
@@ -90,12 +101,43 @@ def vqa_examples(
                 "modality": modality,
             }
         )
-        if include_open_ended and row.get("open_question"):
+        twin_key = f"{row['study_a']}:{row['study_b']}:{row['entity_id']}:{row.get('dimension')}"
+        if include_open_ended and row.get("open_question") and _kept_share(twin_key, open_ended_share):
             examples.append(
                 {
                     "messages": conversation(row["open_question"], modality, row["open_answer"], entity=entity),
                     "images": images,
                     "modality": modality,
+                }
+            )
+    return examples
+
+
+def presence_examples(data: MinedData, split: str, entity_tokens: bool = False) -> list[dict]:
+    """One single-image conversation per study and entity its report is positive or negative about:
+    "Does this image show X?" answered "A. Yes" or "B. No" (the curriculum's first phase)."""
+    entities = {entity.id: entity for entity in Ontology.load().entities()}
+    examples = []
+    for study_id in data.study_ids(split):
+        study = data.studies[study_id]
+        for entity_id in sorted(study.statements):
+            status = study.status(entity_id)
+            if status not in ("positive", "negative") or entity_id not in entities:
+                continue
+            question = f"Does this image show {presence_subject(entities[entity_id])}?"
+            options = ["Yes", "No"]
+            answer = closed_answer(options, "A" if status == "positive" else "B")
+            examples.append(
+                {
+                    "messages": conversation(
+                        closed_prompt(question, options),
+                        study.modality,
+                        answer,
+                        entity=entity_id if entity_tokens else None,
+                        image_count=1,
+                    ),
+                    "images": [study.image],
+                    "modality": study.modality,
                 }
             )
     return examples
@@ -321,14 +363,33 @@ class Stage2Trainer:
             self.config.include_longitudinal,
             self.config.entity_tokens,
             self.config.longitudinal_repeats,
+            self.config.open_ended_share,
         )
         random.Random(self.config.run.seed).shuffle(examples)
         examples = examples[: self.config.data.max_train_samples or None]
         check_nonempty(examples, "training VQA samples", self.data.directory)
         epochs = max(1, round(self.config.optimization.epochs))
-        ordered = homogeneous_order(examples, self.batch_size, epochs, self.config.run.seed)
+        ordered = self.curriculum() + homogeneous_order(examples, self.batch_size, epochs, self.config.run.seed)
         check_nonempty(ordered, "full batches of VQA samples", self.data.directory)
         return datasets.Dataset.from_list(ordered)
+
+    def curriculum(self) -> list[dict]:
+        """The first `curriculum_steps` optimiser steps' conversations: single-image presence questions
+        in modality-homogeneous batches (repeated when there are fewer than the steps need)."""
+        steps = self.config.curriculum_steps
+        if not steps:
+            return []
+        examples = presence_examples(self.data, "train", self.config.entity_tokens)
+        check_nonempty(examples, "single-image presence questions (stage2.curriculum_steps)", self.data.directory)
+        wanted = steps * self.batch_size * self.config.optimization.gradient_accumulation_steps
+        ordered: list[dict] = []
+        epoch = 0
+        while len(ordered) < wanted:
+            ordered += homogeneous_order(examples, self.batch_size, 1, self.config.run.seed + 7919 * (epoch + 1))
+            epoch += 1
+            if epoch > 1000:
+                raise TrainingDataError(f"{self.data.directory}: too few presence questions for one batch")
+        return ordered[:wanted]
 
     @property
     def batch_size(self) -> int:

@@ -50,6 +50,7 @@ from ...errors import MedReCoError
 from ..reports.decomposition import RuleBasedDecomposer
 from ..reports.ontology import UnknownModalityError, canonical_modality
 from ..reports.statement import EntityStatement, MentionStatus, ReportDecomposer, ReportDecomposition
+from .answerability import Answerability
 from .decomposers import DECOMPOSERS, LLMSettings, build_llm_decomposer, cache_file_name, decomposer_identity
 from .longitudinal import consistent_change_label
 from .mined import SUMMARY_FILE, table_fingerprint
@@ -86,6 +87,10 @@ class MiningConfig:
     negative_threshold: float | dict[str, float] = 0.3
     triplets_per_anchor: int = 2
     vqa_pairs_per_group: int = 2000
+    # With a value, a (modality, split) group's pair budget is this many pairs per study of the group
+    # (still at most `vqa_pairs_per_group`): each family's share of the questions follows its share of
+    # the studies, rather than every family having as many pairs as the largest.
+    vqa_pairs_per_study: float | None = None
     # Splits whose questions the language-prior filter judges; none by default. The paper filters every
     # split (`("train", "validation", "test")`): a test set every text-only baseline loses by
     # construction. Filtering the training split alone shifts its answers away from the test split's
@@ -111,6 +116,8 @@ class MiningConfig:
                 if self.llm is None
                 else "LLM settings were given, but the decomposer is 'rule'"
             )
+        if self.vqa_pairs_per_study is not None and self.vqa_pairs_per_study <= 0:
+            raise ValueError(f"vqa_pairs_per_study must be positive, not {self.vqa_pairs_per_study}")
         if self.workers < 1:
             raise ValueError(f"workers must be 1 or more, not {self.workers}")
         unknown_splits = sorted(set(self.language_prior_splits) - {"train", "validation", "test", "external"})
@@ -336,7 +343,7 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     remove_stale_temporaries(out)
     split_studies(rows, config)  # the leakage checks, before any report is read
     raw, computed = run_decomposer(rows, out / "cache", config, progress)
-    return write_mined_tables(rows, raw, out, config, computed)
+    return write_mined_tables(rows, raw, out, config, computed, answerability=Answerability.beside(manifest))
 
 
 def write_mined_tables(
@@ -347,10 +354,12 @@ def write_mined_tables(
     computed: int,
     identity: dict | None = None,
     extra: dict | None = None,
+    answerability: Answerability | None = None,
 ) -> dict:
     """The global steps over every study's decomposition (splits, triplets, retrieval,
     longitudinal labels, VQA), committed to `out`; returns the summary. `identity`: the
-    decomposer that gave `raw` (default: the config's); `extra`: more summary entries."""
+    decomposer that gave `raw` (default: the config's); `extra`: more summary entries;
+    `answerability`: what the archive's images show, copied into the question tables."""
     studies = split_studies(rows, config)
     ontology = _worker_decomposer().ontology
     decompositions = _as_decompositions(rows, raw, ontology)
@@ -368,7 +377,7 @@ def write_mined_tables(
         for split in ("train", "validation", "test", "external")
         for query in build_retrieval_queries(decompositions, studies, entity_ids, similarity, split=split)
     ]
-    longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids)
+    longitudinal = longitudinal_labels(rows, decompositions, studies, entity_ids, answerability)
     vqa, report = comparative_vqa(decompositions, studies, entity_ids, ontology, config)
 
     tables = {
@@ -384,8 +393,8 @@ def write_mined_tables(
         "triplets": [t.to_dict() for t in triplets],
         "retrieval": [vars(q) for q in retrieval],
         "longitudinal": longitudinal,
-        "vqa": vqa_rows(vqa, studies),
-        "vqa_removed": vqa_rows(report.removed_by_language_prior, studies),
+        "vqa": vqa_rows(vqa, studies, answerability),
+        "vqa_removed": vqa_rows(report.removed_by_language_prior, studies, answerability),
     }
     summary = {name: len(table) for name, table in tables.items()}
     summary.update(
@@ -396,22 +405,25 @@ def write_mined_tables(
         vqa_filters=report.removed(),  # every filter's removals (the bias filter reorders, removes none)
         vqa_language_prior_splits=list(config.language_prior_splits),
         levels=list(config.levels),
+        answerability=answerability.summary() if answerability else None,
         **(extra or {}),
     )
     summary["tables"] = _commit_tables(tables, out, summary)
     return summary
 
 
-def vqa_rows(samples, studies: dict[str, StudyInfo]) -> list[dict]:
-    """VQA samples as rows of the mined `vqa` (or `vqa_removed`) table."""
-    return [
-        {
-            **{k: v for k, v in s.to_dict().items() if k != "meta"},
-            "labels": list(s.labels),
-            "split": studies[s.study_a].split,
-        }
-        for s in samples
-    ]
+def vqa_rows(samples, studies: dict[str, StudyInfo], answerability: Answerability | None = None) -> list[dict]:
+    """VQA samples as rows of the mined `vqa` (or `vqa_removed`) table, with whether an image can
+    answer each when the archive records it."""
+    rows = []
+    for s in samples:
+        row = {**{k: v for k, v in s.to_dict().items() if k != "meta"}, "labels": list(s.labels)}
+        row["split"] = studies[s.study_a].split
+        if answerability is not None:
+            modality = studies[s.study_a].modality
+            row.update(answerability.columns(modality, s.entity_id, s.dimension, s.meta.get("attribute")))
+        rows.append(row)
+    return rows
 
 
 def image_path_beside(image: str | Path, mined_dir: Path) -> str:
@@ -463,8 +475,10 @@ def longitudinal_labels(
     decompositions: dict[str, ReportDecomposition],
     studies: dict[str, StudyInfo],
     entity_ids: list[str],
+    answerability: Answerability | None = None,
 ) -> list[dict]:
-    """Change labels for consecutive studies of each patient and modality (bidirectionally checked)."""
+    """Change labels for consecutive studies of each patient and modality (bidirectionally checked),
+    with whether the images show each change when the archive records it."""
     timelines: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         timelines.setdefault((row["patient_id"], row["modality"]), []).append(row)
@@ -488,7 +502,18 @@ def longitudinal_labels(
                             "split": studies[current["study_id"]].split,
                         }
                     )
+                    if answerability is not None:
+                        labels[-1].update(
+                            answerability.columns(current["modality"], entity_id, "change", label.attribute)
+                        )
     return labels
+
+
+def pair_budget(config: MiningConfig, studies: int) -> int:
+    """How many study pairs a (modality, split) group of `studies` studies asks questions about."""
+    if config.vqa_pairs_per_study is None:
+        return config.vqa_pairs_per_group
+    return min(config.vqa_pairs_per_group, round(config.vqa_pairs_per_study * studies))
 
 
 def comparative_vqa(
@@ -507,7 +532,9 @@ def comparative_vqa(
     pairs = (
         (a, b, studies[a].patient_id == studies[b].patient_id)
         for (modality, split), members in sorted(groups.items())
-        for a, b in sample_pairs(members, patient_of, config.vqa_pairs_per_group, f"{config.seed}:{modality}:{split}")
+        for a, b in sample_pairs(
+            members, patient_of, pair_budget(config, len(members)), f"{config.seed}:{modality}:{split}"
+        )
     )
     statements = {s: d.statements for s, d in decompositions.items()}
     samples = vqa_over_pairs(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...atomic import remove_atomically, remove_stale_temporaries, write_text_atomically
 from ...errors import MedReCoError
+from .answerability import Answerability
 from .decomposers import cache_file_name
 from .pipeline import (
     MiningConfig,
@@ -257,7 +258,14 @@ def merge_shards(
     remove_stale_temporaries(out)
     _write_merged_cache(out / "cache" / cache_file_name(identity), rows, raw)
     return write_mined_tables(
-        rows, raw, out, config, computed=0, identity=identity, extra={"merged_shards": len(shards)}
+        rows,
+        raw,
+        out,
+        config,
+        computed=0,
+        identity=identity,
+        extra={"merged_shards": len(shards)},
+        answerability=Answerability.beside(manifest),
     )
 
 

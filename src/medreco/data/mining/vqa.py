@@ -39,6 +39,7 @@ from .longitudinal import consistent_change_label
 from .questions import LETTERS, Question, closed_questions, entity_noun, four_options, presence_subject
 
 logger = logging.getLogger(__name__)
+ANSWERABILITY_COLUMNS = ("image_answerable", "answerability_reason")  # `answerability.py`, when recorded
 
 
 def closed_prompt(question: str, options: list[str]) -> str:
@@ -146,6 +147,7 @@ def longitudinal_questions(rows: list[dict], ontology, seed: int = 0) -> list[di
                 "split": row["split"],
                 "label": row["label"],
                 "attribute": row["attribute"],
+                **{key: row[key] for key in ANSWERABILITY_COLUMNS if key in row},
             }
         )
     return questions
@@ -193,8 +195,10 @@ def generate_vqa(
         if a is None or b is None:
             continue
         questions = closed_questions(a, b, entity, rng, labels)
+        change = None
         if longitudinal:
             questions += change_questions(a, b, entity, rng)
+            change = consistent_change_label(a, b)
         for dimension, question, options, answer, open_answer in questions:
             samples.append(
                 VQASample(
@@ -210,6 +214,7 @@ def generate_vqa(
                     ),
                     open_answer=open_answer,
                     labels=labels,
+                    meta={"attribute": change.attribute} if dimension == "change" and change else {},
                 )
             )
     return samples
@@ -376,15 +381,19 @@ class TextOnlyAnswerer:
                 self.correct[(form, option.lower())] += LETTERS[index] == sample.answer
         return self
 
-    def predict(self, question: str, options: list[str]) -> str:
+    def option_scores(self, question: str, options: list[str]) -> list[float]:
+        """Per option, the log of its smoothed share of right answers under this question form (a
+        softmax over them is the text prior over the options)."""
         form = self._form(question)
-        scores = [
+        return [
             math.log(
                 (self.correct[(form, o.lower())] + self.smoothing) / (self.seen[(form, o.lower())] + 2 * self.smoothing)
             )
             for o in options
         ]
-        return LETTERS[int(np.argmax(scores))]
+
+    def predict(self, question: str, options: list[str]) -> str:
+        return LETTERS[int(np.argmax(self.option_scores(question, options)))]
 
 
 class MajorityAnswerer:

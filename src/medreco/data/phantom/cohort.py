@@ -9,6 +9,8 @@ Layout of a cohort folder:
         dicom/<n>_AX_T1_SE/, dicom/<n>_AX_T2_TSE/, dicom/<n>_AX_FLAIR/, flair.nii.gz   brain MRI
         image.dcm, cine.dcm           ultrasound (one RGB or palette frame; a multi-frame loop)
         report.txt
+    answerability.json        what the images show, per modality, entity and question dimension
+                              (`answerability.py`); mining copies it into each question
     ground_truth/<study>.json  findings, attributes, change labels, report mentions: for
                                evaluation only, never for training
 
@@ -27,6 +29,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from ...atomic import write_text_atomically
+from .answerability import ANSWERABILITY_FILE, answerability_table
 from .dicom import DicomIdentity, canonical_affine, write_ct_series, write_nifti, write_radiograph
 from .families import FAMILIES, write_family_report
 from .findings import Finding, evolve, finding_types_for, sample_finding
@@ -124,6 +127,7 @@ def generate_cohort(config: PhantomConfig, out_dir: str | Path, progress: bool =
             records.extend(_write_timeline(config, out, rng, patient_id, identity, anatomy, modality, bar))
     bar.close()
     manifest = out / "manifest.jsonl"
+    write_text_atomically(out / ANSWERABILITY_FILE, json.dumps(answerability_table(config.modalities), indent=1))
     write_text_atomically(manifest, "".join(json.dumps(asdict(r)) + "\n" for r in records))
     logger.info("wrote %d studies of %d patients to %s", len(records), config.num_patients, out)
     return records
