@@ -10,13 +10,14 @@ from .command import Command, names
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
-    parser.add_argument("--quick", action="store_true", help="a ~3-minute run (CI); the default takes ~15 minutes")
+    parser.add_argument("--quick", action="store_true", help="a ~2-minute run (CI)")
     parser.add_argument("--patients", type=int, help="synthetic patients (default 400; quick 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 _BASELINES = (("text_only", "text-only"), ("majority", "majority"))
+_SYSTEMS = (("vlm", "VLM"), ("blind_vlm", "blind VLM"), *_BASELINES)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -44,6 +45,15 @@ def _demo(args: argparse.Namespace) -> int:
     ):
         cells = "".join(f"  {label} {baselines[key]['accuracy']:.3f}" for key, label in _BASELINES if key in baselines)
         print(f"  {name} accuracy: VLM {result['accuracy']:.3f}{cells}  (n={result['questions']})")
+    for group in ("image_answerable", "report_only"):
+        if group in closed:
+            entry = closed[group]
+            cells = "  ".join(f"{label} {entry[key]['accuracy']:.3f}" for key, label in _SYSTEMS if key in entry)
+            print(f"  closed VQA, {group.replace('_', '-')} questions: {cells}  (n={entry['questions']})")
+    swap = metrics["vqa"].get("swap_consistency", {})
+    if "vlm" in swap and "blind_vlm" in swap:
+        rates = [f"{label} {swap[key]['order_dependent']['rate']:.3f}" for key, label in _SYSTEMS[:2]]
+        print(f"  swap consistency: {'  '.join(rates)}  (n={swap['vlm']['order_dependent']['questions']})")
     print(f"  report: {Path(args.out) / 'report.html'}  metrics: {Path(args.out) / 'metrics.json'}")
     return 0
 
@@ -71,7 +81,8 @@ def _ablate(args: argparse.Namespace) -> int:
         for seed, check in target["seeds"].items():
             low, high = check["interval"]
             print(
-                f"seed {seed}: {target['method']} - {target['baseline']}: {100 * check['difference']:+.1f} points "
+                f"seed {seed} ({target['task']}): {target['method']} - {target['baseline']}: "
+                f"{100 * check['difference']:+.1f} points "
                 f"[{100 * low:+.1f}, {100 * high:+.1f}] ({'met' if check['met'] else 'NOT met'})"
             )
     print(f"table: {config.root / 'ablation.md'}  data: {config.root / 'ablation.json'}")

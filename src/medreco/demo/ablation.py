@@ -73,10 +73,17 @@ VQA_ROWS = (
     ("text-only (question wording)", "base", "text_only"),
     ("majority answer", "base", "majority"),
 )
-# Targets of issue 21, at the demo's scale
+# Targets at the demo's scale (issues 21 and 45): (method, baseline, task, margin)
 TARGETS = (
     ("entity (MedReCo)", "holistic, trained for study ranking", "retrieval", 0.05),
     ("VLM (MedReCo)", "blind VLM (blank images)", "vqa", 0.10),
+    ("VLM (MedReCo)", "blind VLM (blank images)", "vqa_image_answerable", 0.10),
+    ("VLM (MedReCo)", "text-only (question wording)", "vqa_image_answerable", 0.05),
+)
+TASKS = (
+    ("retrieval", "Retrieval, Recall@1"),
+    ("vqa", "Closed VQA, accuracy"),
+    ("vqa_image_answerable", "Closed VQA, image-answerable questions, accuracy"),
 )
 
 
@@ -107,6 +114,12 @@ class AblationConfig:
 
     def scores(self, seed: int, run: str) -> Path:
         return self.root / f"seed-{seed}" / run
+
+    def stage_folder(self, seed: int, run: str, stage: str) -> Path:
+        """Where a run's stage is trained: the demo's own blind VLM for the blind run at its seed."""
+        if (seed, run, stage) == (self.demo.seed, "blind", "stage2"):
+            return Path(self.demo.out_dir) / "models" / "stage2_blind"
+        return self.models(seed, run) / stage
 
 
 SIZES = ("quick", "patients", "alignment_steps", "stage1_steps", "reranker_steps", "stage2_steps", "stage2_batch_size")
@@ -149,12 +162,12 @@ def train_run(config: AblationConfig, seed: int, run: str, stage: str, clock: St
     """Train one stage of one run (skipped when its final model exists); returns its final folder."""
     from ..training import load_recipe, train_stage
 
-    models = config.models(seed, run)
-    final = models / stage / "final"
+    folder = config.stage_folder(seed, run, stage)
+    final = folder / "final"
     if (final / "config.json").exists():
         return final
     base_stage1 = config.models(seed, "base") / "stage1" / "final"
-    overrides = [*stage_overrides(config.demo, stage), f"run.seed={seed}", f"run.output_dir={models / stage}"]
+    overrides = [*stage_overrides(config.demo, stage), f"run.seed={seed}", f"run.output_dir={folder}"]
     if stage in ("reranker", "stage2"):
         key = "retrieval_model" if stage == "reranker" else "vision_model"
         overrides.append(f"{key}={base_stage1}")
@@ -201,7 +214,7 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     from ..evaluation.vqa import every_baseline_hits, question_cluster
 
     path = config.scores(seed, run) / "vqa.json"
-    folder = config.models(seed, run) / "stage2" / "final"
+    folder = config.stage_folder(seed, run, "stage2") / "final"
     stamps = fingerprint(folder)
     if (cached := cached_scores(path, stamps)) is not None and cached["keys"] == [question_key(r) for r in rows]:
         return cached
@@ -223,6 +236,16 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(scores))
     return scores
+
+
+def scores_subset(scores: dict, keep: list[bool]) -> dict:
+    """A run's per-question scores restricted to the questions `keep` marks."""
+
+    def select(values: list) -> list:
+        return [value for value, kept in zip(values, keep, strict=True) if kept]
+
+    systems = {name: select(hits) for name, hits in scores["systems"].items()}
+    return {**scores, "keys": select(scores["keys"]), "patients": select(scores["patients"]), "systems": systems}
 
 
 def question_key(row: dict) -> str:
@@ -278,6 +301,10 @@ def run_ablations(config: AblationConfig) -> dict:
         retrieval = {run: retrieval_scores(config, seed, run, data) for run in stage1_runs}
         vqa = {run: vqa_scores(config, seed, run, data, questions) for run in stage2_runs}
         seeds[str(seed)] = {"retrieval": compare(RETRIEVAL_ROWS, retrieval), "vqa": compare(VQA_ROWS, vqa)}
+        answerable = [bool(row.get("image_answerable")) for row in questions]
+        if any(answerable):
+            subset = {run: scores_subset(scores, answerable) for run, scores in vqa.items()}
+            seeds[str(seed)]["vqa_image_answerable"] = compare(VQA_ROWS, subset)
     result = {
         "seeds": seeds,
         "targets": targets(seeds),
@@ -304,7 +331,7 @@ def targets(seeds: dict) -> list[dict]:
     for method, baseline, task, margin in TARGETS:
         per_seed = {}
         for seed, tables in seeds.items():
-            row = next((r for r in tables[task] if r["system"] == baseline), None)
+            row = next((r for r in tables.get(task, []) if r["system"] == baseline), None)
             if row is None:
                 continue
             test = row["method_minus_this"]
@@ -314,7 +341,7 @@ def targets(seeds: dict) -> list[dict]:
                 "p_value": test["p_value"],
                 "met": test["difference"] >= margin and test["interval"][0] > 0,
             }
-        checks.append({"method": method, "baseline": baseline, "margin": margin, "seeds": per_seed})
+        checks.append({"method": method, "baseline": baseline, "task": task, "margin": margin, "seeds": per_seed})
     return checks
 
 
@@ -328,7 +355,9 @@ def ablation_markdown(result: dict) -> str:
         "*method - this*: the method's score minus this system's, clustered interval and sign-flip p-value.",
         "",
     ]
-    for task, title, _unit in (("retrieval", "Retrieval, Recall@1", "%"), ("vqa", "Closed VQA, accuracy", "%")):
+    for task, title in TASKS:
+        if not any(task in tables for tables in result["seeds"].values()):
+            continue
         lines += [
             f"## {title}",
             "",
@@ -336,7 +365,7 @@ def ablation_markdown(result: dict) -> str:
             "|---|---|---|---|---|",
         ]
         for seed, tables in result["seeds"].items():
-            for row in tables[task]:
+            for row in tables.get(task, []):
                 score = row["score"]
                 cell = f"{100 * score['mean']:.1f} [{100 * score['interval'][0]:.1f}, {100 * score['interval'][1]:.1f}]"
                 test = row.get("method_minus_this")
@@ -353,7 +382,8 @@ def ablation_markdown(result: dict) -> str:
             low, high = check["interval"]
             verdict = "met" if check["met"] else "NOT met"
             lines.append(
-                f"- seed {seed}: {target['method']} - {target['baseline']} = {100 * check['difference']:+.1f} points "
+                f"- seed {seed} ({target['task']}): {target['method']} - {target['baseline']} = "
+                f"{100 * check['difference']:+.1f} points "
                 f"[{100 * low:+.1f}, {100 * high:+.1f}] (target >= {100 * target['margin']:.0f}, interval above 0): "
                 f"{verdict}"
             )
@@ -368,12 +398,17 @@ def ablation_plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = (("retrieval", "Recall@1: method - system (points)"), ("vqa", "closed VQA: method - system (points)"))
-    figure, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    tasks = [
+        (task, f"{title.split(',')[0]}{', image-answerable' if 'image' in task else ''}: method - system (points)")
+        for task, title in TASKS
+        if any(task in tables for tables in result["seeds"].values())
+    ]
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
+    axes = axes[0]
     for axis, (task, title) in zip(axes, tasks, strict=True):
         labels: list[str] = []
         for offset, (seed, tables) in enumerate(result["seeds"].items()):
-            rows = [r for r in tables[task] if "method_minus_this" in r]
+            rows = [r for r in tables.get(task, []) if "method_minus_this" in r]
             labels = labels or [r["system"] for r in rows]
             for y, row in enumerate(rows):
                 test = row["method_minus_this"]

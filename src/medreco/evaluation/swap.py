@@ -18,21 +18,15 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..data.mining.vqa import LETTERS, change_sentence
+from ..data.mining.vqa import CHANGE_OPTIONS, LETTERS, change_sentence
+from ..data.reports.change import INVERSE_CHANGE
 from .metrics import clustered_mean, clustered_paired_test, mcnemar_test, wilson_interval
 from .vqa import CLOSED_SCORING, closed_predictions, question_cluster
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LABELS = ("Case A", "Case B")
-CHANGE_INVERSES = {
-    "new": "resolved",
-    "resolved": "new",
-    "increased": "decreased",
-    "decreased": "increased",
-    "stable": "stable",
-    "qualitatively changed": "qualitatively changed",
-}
+CHANGE_INVERSES = {label: INVERSE_CHANGE[label] for label in CHANGE_OPTIONS}  # the options of a change question
 COMPARATIVE_INVERSES = {"larger": "smaller", "smaller": "larger", "more numerous": "fewer", "fewer": "more numerous"}
 SELF_INVERSE = ("both cases", "neither case")
 _CHANGE_QUESTION = re.compile(r"^How has the (.+) changed from the prior to the current study\?$")
