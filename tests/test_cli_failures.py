@@ -221,3 +221,28 @@ def test_preprocess_shows_the_readers_warnings(runner, places, tmp_path):
     argv = ["preprocess", places["png"], "--modality", "chest_xray", "--out", str(tmp_path / "x.safetensors")]
     assert runner.run({"argv": argv, "stdout": str(tmp_path / "stdout.log")}, log)["code"] == 0
     assert "medreco preprocess: warning: no pixel spacing in PNG/JPEG: 1 mm assumed" in log.read_text()
+
+
+def test_a_broken_answerability_table_beside_the_manifest_is_one_line_naming_it(runner, places, tmp_path):
+    """`medreco mine` reads `answerability.json` beside the manifest: a broken one stops it before
+    anything is written, in one line naming that file."""
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    manifest = folder / "manifest.jsonl"
+    manifest.write_text(Path(places["manifest"]).read_text())
+    table = folder / "answerability.json"
+    table.write_text('{"format": 1, "modalities": ["chest_xray"]}')
+    log, out = tmp_path / "stderr.log", tmp_path / "mined"
+    outcome = runner.run({"argv": ["mine", str(manifest), "--out", str(out), "--metrics", "agreement"]}, log)
+    lines = [line for line in log.read_text().splitlines() if line.strip() and not PROGRESS_BAR.search(line)]
+    assert outcome == {"code": 2, "signal": None}, "\n".join(lines[-30:])
+    assert len(lines) == 1 and lines[0].startswith("medreco mine: error: ") and str(table) in lines[0]
+    assert "modalities" in lines[0] and not (out / "cache").exists()  # refused before any report is read
+
+
+def test_a_non_positive_pair_budget_is_one_line(runner, places, tmp_path):
+    log = tmp_path / "stderr.log"
+    argv = ["mine", places["manifest"], "--out", str(tmp_path / "mined"), "--vqa-pairs-per-study", "0"]
+    assert runner.run({"argv": argv}, log) == {"code": 2, "signal": None}
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and "vqa_pairs_per_study must be positive" in lines[0]

@@ -210,7 +210,7 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     scoring), and of the baselines fitted on the training split before the language-prior filter."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from ..evaluation import CLOSED_SCORING, closed_predictions
+    from ..evaluation import CLOSED_SCORING, closed_predictions, preload_images
     from ..evaluation.vqa import every_baseline_hits, question_cluster
 
     path = config.scores(seed, run) / "vqa.json"
@@ -221,7 +221,10 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     processor = AutoProcessor.from_pretrained(folder)
     scoring = CLOSED_SCORING[0]
-    letters = closed_predictions(model, processor, rows, data.studies, config.demo.progress, (scoring,))[scoring]
+    studies = preload_images(
+        data.studies, [r[k] for r in rows for k in ("study_a", "study_b")], processor.image_processor
+    )
+    letters = closed_predictions(model, processor, rows, studies, config.demo.progress, (scoring,))[scoring]
     systems = {"vlm": [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]}
     if run == "base":
         train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")

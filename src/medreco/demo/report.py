@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text_atomically
-from .report_comparison import answerability_lines, answerability_plot, probe_lines
+from .report_comparison import answerability_lines, answerability_plot, percent, probe_lines
 
 SYSTEMS = ("entity", "entity+rerank", "holistic")
 
@@ -73,10 +73,6 @@ def confusion_plot(confusion: dict, path: Path) -> Path:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.1f}"
 
 
 def _clustered_sentence(label: str, test: dict) -> str:
@@ -175,16 +171,16 @@ def _retrieval_rows(modality: str, level: str, entry: dict) -> list[str]:
     chance = entry.get("chance")
     if chance:
         rows.append(
-            f"| {modality} | {level} | {entry['queries']} | *chance* | {_percent(chance['recall@1'])} | "
-            f"{_percent(chance['recall@3'])} | {_percent(chance['recall@5'])} | |"
+            f"| {modality} | {level} | {entry['queries']} | *chance* | {percent(chance['recall@1'])} | "
+            f"{percent(chance['recall@3'])} | {percent(chance['recall@5'])} | |"
         )
     for system in (s for s in SYSTEMS if s in entry):
         stats = entry[system]
         low, high = stats["recall@1_ci95"]
         rows.append(
-            f"| {modality} | {level} | {entry['queries']} | {system} | {_percent(stats['recall@1'])} "
-            f"[{_percent(low)}-{_percent(high)}] | {_percent(stats['recall@3'])} | "
-            f"{_percent(stats['recall@5'])} | {_percent(stats['ndcg@5'])} |"
+            f"| {modality} | {level} | {entry['queries']} | {system} | {percent(stats['recall@1'])} "
+            f"[{percent(low)}-{percent(high)}] | {percent(stats['recall@3'])} | "
+            f"{percent(stats['recall@5'])} | {percent(stats['ndcg@5'])} |"
         )
     return rows
 
@@ -221,7 +217,7 @@ def _entity_retrieval_lines(metrics: dict) -> list[str]:
         "|---|---|---|---|" + "---|" * len(systems),
     ]
     for entity, entry in by_entity.items():
-        scores = " | ".join(_percent(entry[s]) for s in systems)
+        scores = " | ".join(percent(entry[s]) for s in systems)
         lines.append(f"| {entry['modality']} | {entry['level']} | {entity} | {entry['queries']} | {scores} |")
     lines.append("")
     return lines
@@ -259,7 +255,7 @@ def _closed_vqa_lines(metrics: dict) -> list[str]:
         systems.append(("blind VLM (blank images; answer likelihood)", closed["blind_vlm"]))
     for label, entry in [*systems, *((_BASELINE_NAMES.get(name, name), entry) for name, entry in baselines.items())]:
         lines.append(
-            f"| {label} | {_percent(entry['accuracy'])} [{_percent(entry['ci95'][0])}-{_percent(entry['ci95'][1])}] "
+            f"| {label} | {percent(entry['accuracy'])} [{percent(entry['ci95'][0])}-{percent(entry['ci95'][1])}] "
             f"| {entry['questions']} |"
         )
     tests = [f"{name} p = {entry['mcnemar']['p_value']:.3g}" for name, entry in closed["by_scoring"].items()]
@@ -289,7 +285,7 @@ def _closed_vqa_strata(closed: dict) -> list[str]:
             continue
         lines += [f"| {title} | VLM accuracy % | questions |", "|---|---|---|"]
         for name, entry in closed[key].items():
-            lines.append(f"| {name} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+            lines.append(f"| {name} | {percent(entry['accuracy'])} | {entry['questions']} |")
         lines.append("")
     return lines
 
@@ -323,12 +319,12 @@ def _longitudinal_lines(metrics: dict) -> list[str]:
         "",
         "## Longitudinal follow-up (same patient, prior vs current)",
         "",
-        f"Change-label accuracy: {_percent(longitudinal['accuracy'])}% of {longitudinal['questions']} questions "
-        f"(95% CI {_percent(longitudinal['ci95'][0])}-{_percent(longitudinal['ci95'][1])}).",
+        f"Change-label accuracy: {percent(longitudinal['accuracy'])}% of {longitudinal['questions']} questions "
+        f"(95% CI {percent(longitudinal['ci95'][0])}-{percent(longitudinal['ci95'][1])}).",
         "",
     ]
     for name, entry in longitudinal.get("baselines", {}).items():
-        label = f"VLM vs {_BASELINE_NAMES.get(name, name)} ({_percent(entry['accuracy'])}%"
+        label = f"VLM vs {_BASELINE_NAMES.get(name, name)} ({percent(entry['accuracy'])}%"
         label += ", fitted on the training follow-up questions)"
         lines += [_clustered_sentence(label, entry["clustered"]) if "clustered" in entry else label + ".", ""]
     lines += [
@@ -337,7 +333,7 @@ def _longitudinal_lines(metrics: dict) -> list[str]:
     ]
     for stratum in ("by_label", "by_attribute", "by_entity"):
         for value, entry in longitudinal[stratum].items():
-            lines.append(f"| {stratum[3:]} | {value} | {_percent(entry['accuracy'])} | {entry['questions']} |")
+            lines.append(f"| {stratum[3:]} | {value} | {percent(entry['accuracy'])} | {entry['questions']} |")
     return [*lines, "", "![confusion matrix](figures/confusion.png)", ""]
 
 

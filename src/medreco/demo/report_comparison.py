@@ -16,7 +16,8 @@ SYSTEM_NAMES = {
 GROUP_NAMES = {"image_answerable": "image-answerable", "report_only": "report-only", "unknown": "unknown"}
 
 
-def _percent(value: float) -> str:
+def percent(value: float) -> str:
+    """A share as the report writes it: 0.4771 -> '47.7'."""
     return f"{100 * value:.1f}"
 
 
@@ -52,7 +53,7 @@ def answerability_lines(metrics: dict) -> list[str]:
     ]
     for group in groups:
         entry = closed[group]
-        cells = " | ".join(_percent(entry[s]["accuracy"]) for s in systems)
+        cells = " | ".join(percent(entry[s]["accuracy"]) for s in systems)
         lines.append(f"| {GROUP_NAMES[group]} | {entry['questions']} | {cells} |")
     lines += ["", "![closed accuracy by answerability](figures/answerability.png)", ""]
     for group in groups:
@@ -85,7 +86,7 @@ def _family_lines(closed: dict, systems: list[str]) -> list[str]:
         ]
         for name, scores in entry.get(key, {}).items():
             n = next(iter(scores.values()))["questions"]
-            cells = " | ".join(_percent(scores[s]["accuracy"]) if s in scores else "-" for s in systems)
+            cells = " | ".join(percent(scores[s]["accuracy"]) if s in scores else "-" for s in systems)
             lines.append(f"| {name} | {n} | {cells} |")
         lines.append("")
     return lines
@@ -101,8 +102,8 @@ def swap_lines(metrics: dict) -> list[str]:
         if name in swap:
             entry = swap[name]
             cells.append(
-                f"{SYSTEM_NAMES[name]} {_percent(entry['order_dependent']['rate'])}% "
-                f"(both orders right {_percent(entry['both_orders_correct']['rate'])}%)"
+                f"{SYSTEM_NAMES[name]} {percent(entry['order_dependent']['rate'])}% "
+                f"(both orders right {percent(entry['both_orders_correct']['rate'])}%)"
             )
     comparison = swap.get("vlm_minus_blind_vlm", {})
     difference = (
@@ -137,17 +138,17 @@ def probe_lines(metrics: dict) -> list[str]:
     if ceiling and ceiling.get("questions"):
         low, high = ceiling["ci95"]
         lines += [
-            f"Presence ceiling: {_percent(ceiling['accuracy'])}% [{_percent(low)}-{_percent(high)}] on "
+            f"Presence ceiling: {percent(ceiling['accuracy'])}% [{percent(low)}-{percent(high)}] on "
             f"{ceiling['questions']} presence questions (text-only on the same questions: "
-            f"{_percent(ceiling['text_only']['accuracy'])}%; the probe alone, without the prior: "
-            f"{_percent(ceiling['probe_only']['accuracy'])}%).",
+            f"{percent(ceiling['text_only']['accuracy'])}%; the probe alone, without the prior: "
+            f"{percent(ceiling['probe_only']['accuracy'])}%).",
             "",
         ]
     lines += ["| entity | train | test | AUC | balanced accuracy % |", "|---|---|---|---|---|"]
     for row in probe.get("table", []):
         lines.append(
             f"| {row['entity']} | {row['n_train']} | {row['n_test']} | {row['auc']:.2f} | "
-            f"{_percent(row['balanced_accuracy'])} |"
+            f"{percent(row['balanced_accuracy'])} |"
         )
     return [*lines, ""]
 
@@ -183,4 +184,4 @@ def answerability_plot(metrics: dict, path: Path) -> Path | None:
     return path
 
 
-__all__ = ["answerability_lines", "answerability_plot", "probe_lines", "swap_lines"]
+__all__ = ["answerability_lines", "answerability_plot", "percent", "probe_lines", "swap_lines"]

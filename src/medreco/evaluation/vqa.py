@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -155,7 +155,6 @@ def closed_predictions(
     model.eval()
     predicted: dict[str, list[str]] = {scoring: [] for scoring in scorings}
     entities = row_entities(processor, rows, studies)
-    images = LoadedImages(processor.image_processor)
     for row, entity in tqdm(
         zip(rows, entities, strict=True),
         total=len(rows),
@@ -167,7 +166,7 @@ def closed_predictions(
         chosen = choose_options(
             model,
             processor,
-            [images[a.image], images[b.image]],
+            [a.image, b.image],
             a.modality,
             row["question"],
             row["options"],
@@ -189,28 +188,6 @@ def preload_images(studies: dict, study_ids, image_processor, progress: bool = F
         study.image = image_processor.load(study.image)
         loaded[study_id] = study
     return loaded
-
-
-class LoadedImages:
-    """Images read once and kept (the most recent `capacity`): a study is in many question pairs,
-    and reading a DICOM series costs more than the model's pass over it. Arrays and loaded
-    images pass through."""
-
-    def __init__(self, image_processor, capacity: int = 2048):
-        self.image_processor, self.capacity = image_processor, capacity
-        self.loaded: OrderedDict = OrderedDict()
-
-    def __getitem__(self, image):
-        if not isinstance(image, (str, Path)):
-            return image
-        key = str(image)
-        if key in self.loaded:
-            self.loaded.move_to_end(key)
-        else:
-            self.loaded[key] = self.image_processor.load(image)
-            if len(self.loaded) > self.capacity:
-                self.loaded.popitem(last=False)
-        return self.loaded[key]
 
 
 def closed_accuracy(

@@ -339,11 +339,12 @@ def mine(manifest: str | Path, out_dir: str | Path, config: MiningConfig | None 
     config = config or MiningConfig()
     out = Path(out_dir)
     rows = read_study_manifest(manifest)
+    answerability = Answerability.beside(manifest)  # a broken table stops the run before any work
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     split_studies(rows, config)  # the leakage checks, before any report is read
     raw, computed = run_decomposer(rows, out / "cache", config, progress)
-    return write_mined_tables(rows, raw, out, config, computed, answerability=Answerability.beside(manifest))
+    return write_mined_tables(rows, raw, out, config, computed, answerability=answerability)
 
 
 def write_mined_tables(

@@ -240,6 +240,7 @@ def merge_shards(
     if file_fingerprint(manifest) != first["manifest_sha256"]:
         raise ShardError(f"{manifest}: changed since the shards were mined (another SHA-256); mine them again")
     rows = read_study_manifest(manifest)
+    answerability = Answerability.beside(manifest)
     config = _config_from_settings(first["settings"], first_folder / SHARD_FILE)
     identity = first["settings"]["decomposer"]
     raw: dict[str, dict] = {}
@@ -265,7 +266,7 @@ def merge_shards(
         computed=0,
         identity=identity,
         extra={"merged_shards": len(shards)},
-        answerability=Answerability.beside(manifest),
+        answerability=answerability,
     )
 
 
