@@ -216,7 +216,15 @@ def test_ablate_retrains_each_switch_and_reports_every_run_against_the_demo(demo
         ("blind VLM (blank images)", "vqa"),
         ("blind VLM (blank images)", "vqa_image_answerable"),
         ("text-only (question wording)", "vqa_image_answerable"),
+        ("blind VLM (blank images)", "vqa_swap"),
     ]
+    # swap consistency per seed, on the demo's swap questions: the reference row is the demo's VLM
+    swap = table["vqa_swap"]
+    assert [r["system"] for r in swap] == ["VLM (MedReCo)", "blind VLM (blank images)"]
+    demo_swap = metrics["vqa"]["swap_consistency"]
+    assert swap[0]["score"]["mean"] == pytest.approx(demo_swap["vlm"]["order_dependent"]["rate"])
+    assert swap[1]["score"]["mean"] == pytest.approx(demo_swap["blind_vlm"]["order_dependent"]["rate"]) == 0.0
+    assert swap[1]["method_minus_this"]["difference"] == pytest.approx(demo_swap["vlm_minus_blind_vlm"]["difference"])
     answerable = [r for r in table["vqa_image_answerable"]]
     assert [r["system"] for r in answerable] == [r["system"] for r in table["vqa"]]
     assert answerable[0]["score"]["mean"] == pytest.approx(
@@ -226,7 +234,7 @@ def test_ablate_retrains_each_switch_and_reports_every_run_against_the_demo(demo
     assert (
         "| holistic, trained for study ranking | 0 |" in markdown and (root / "figures" / "ablation.png").stat().st_size
     )
-    assert capsys.readouterr().out.count("seed 0 (") == 4  # each target, met or not
+    assert capsys.readouterr().out.count("seed 0 (") == 5  # each target, met or not
     trained = (root / "seed-0" / "holistic-trained" / "models" / "stage1" / "final" / "model.safetensors").stat()
     assert main(args) == 0
     assert (

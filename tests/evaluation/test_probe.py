@@ -175,11 +175,16 @@ def test_a_perfect_probe_answers_every_presence_question_and_an_uninformative_on
     assert set(perfect["by_entity"]) == {EFFUSION, CARDIO}
     assert perfect["text_only"]["accuracy"] == sum(baseline_hits("text_only", train_rows, presence)) / 48
     assert "mcnemar" in perfect["text_only"] and "clustered" in perfect["text_only"]
+    # a perfect probe tells the two images apart: every order-dependent answer flips with the images
+    swap = perfect["swap_consistency"]
+    assert swap["questions"] == 48 and swap["both_orders_correct"]["rate"] == 1.0
+    assert swap["order_dependent"]["questions"] > 0 and swap["order_dependent"]["rate"] == 1.0
 
     flat = presence_ceiling(hand_made_probe(data, lambda _: 0.5), rows, train_rows, data.studies)
     text = baseline_hits("text_only", train_rows, presence)
     assert flat["accuracy"] == flat["text_only"]["accuracy"] == sum(text) / len(text)
     assert flat["text_only"]["mcnemar"]["b"] == flat["text_only"]["mcnemar"]["c"] == 0  # the same choices
+    assert flat["swap_consistency"]["order_dependent"]["rate"] == 0.0  # an uninformative probe: one answer
 
     partial = hand_made_probe(data, float)
     del partial["entities"][CARDIO]

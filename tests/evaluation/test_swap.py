@@ -302,3 +302,9 @@ def test_evaluate_swap_consistency_with_a_tiny_vlm(processor):
     recomputed = swap_consistency(rows, seeing["predicted"], seeing["predicted_swapped"], studies)
     assert seeing["order_dependent"] == recomputed["order_dependent"]
     assert swap_comparison(seeing, blind)["questions"] == 3
+    # letters of an earlier closed evaluation stand for the first order: the same result
+    answered = closed_predictions(seeing_model, processor, rows, studies, scorings=("letter",))["letter"]
+    reused = evaluate_swap_consistency(seeing_model, processor, rows, studies, scoring="letter", answered=answered)
+    assert reused["predicted"] == seeing["predicted"] and reused["order_dependent"] == seeing["order_dependent"]
+    with pytest.raises(ValueError, match="3 answers given for 4 rows"):
+        evaluate_swap_consistency(seeing_model, processor, rows, studies, answered=answered[:3])

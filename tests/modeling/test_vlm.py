@@ -352,6 +352,45 @@ def test_entity_tokens_end_each_image_block_and_follow_the_entity():
         medreco.create_model("vlm", "tiny", entity_tokens=True)
 
 
+@pytest.mark.parametrize("entity_tokens", [False, True])
+def test_remembered_frozen_features_give_the_same_loss_and_gradients_and_run_the_tower_once(entity_tokens):
+    """With the vision tower (and conditioner) frozen, `remember_frozen_features` computes each
+    distinct image's features once: the outputs, the loss and the trained parameters' gradients are
+    those of the plain forward; an unfrozen tower is never remembered."""
+    model = entity_vlm() if entity_tokens else tiny_model("vlm")
+    model.train()
+    inputs = example_inputs(model)
+    inputs["pixel_values"] = torch.cat([inputs["pixel_values"][:1]] * 2)  # one image, twice
+    if entity_tokens:
+        inputs["entity_ids"] = torch.tensor([0, 1])
+    inputs["labels"] = inputs["input_ids"].clone()
+    calls = []
+    model.model.vision_tower.register_forward_hook(lambda module, args, output: calls.append(len(args[0])))
+
+    def loss_and_gradients():
+        model.zero_grad()
+        output = model(**inputs)
+        output.loss.backward()
+        trained = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+        return output.loss.detach(), output.logits.detach(), trained
+
+    plain = loss_and_gradients()
+    model.remember_frozen_features()
+    first, second = loss_and_gradients(), loss_and_gradients()
+    assert calls == [2, 1 if not entity_tokens else 2]  # then nothing: every image is remembered
+    for remembered in (first, second):
+        torch.testing.assert_close(remembered[0], plain[0])
+        torch.testing.assert_close(remembered[1], plain[1])
+        assert remembered[2].keys() == plain[2].keys() and any("projector" in n for n in plain[2])
+        for name, gradient in plain[2].items():
+            torch.testing.assert_close(remembered[2][name], gradient)
+    model.model.vision_tower.requires_grad_(True)  # a trainable tower is computed every time
+    loss_and_gradients()
+    assert len(calls) == 3
+    model.remember_frozen_features(False)
+    assert model.model._feature_memo is None
+
+
 def _named_square_batch(config, n: int, generator: torch.Generator):
     """Two grey images per sample: one holds a bright square (finding 0), the other a dark one
     (finding 1). The question is the same token sequence every time; only the entity tokens say

@@ -119,6 +119,23 @@ def test_real_studies_with_their_modality(processor, tmp_path):
     assert batch["pixel_values"].shape == (2, 1, 4, 40, 40) and batch["modality_ids"].tolist() == [1, 1]
 
 
+def test_a_preprocessed_image_is_read_as_its_tensor_and_refused_by_other_settings(processor):
+    """`preprocessed` gives the tensor `preprocess_one` gives, which the processor then takes as it is;
+    another modality or a processor with other settings refuses it (it would misread it)."""
+    image = np.random.default_rng(0).random((50, 50))
+    prepared = processor.image_processor.preprocessed(image, "chest_xray")
+    assert torch.equal(prepared.pixel_values, processor.image_processor.preprocess_one(image, "chest_xray"))
+    plain = processor.apply_chat_template(conversation(images=[image, image]), tokenize=True, return_dict=True)
+    again = processor.apply_chat_template(conversation(images=[prepared, prepared]), tokenize=True, return_dict=True)
+    assert torch.equal(torch.tensor(plain["pixel_values"]), torch.tensor(again["pixel_values"]))
+    assert plain["input_ids"] == again["input_ids"]
+    with pytest.raises(ValueError, match="preprocessed as chest_xray"):
+        processor.image_processor.preprocess_one(prepared, "chest_ct")
+    other = MedReCoImageProcessor(recipes={**RECIPES, "chest_xray": {"size": [1, 20, 20]}})
+    with pytest.raises(ValueError, match="other settings"):
+        other.preprocess_one(prepared, "chest_xray")
+
+
 def test_the_end_of_turn_token_is_trained_and_lists_come_back_by_default(processor):
     """TRL checks that an answer's end-of-turn token is inside the assistant mask (else the model
     never learns to stop); it reads the mask from untensored output, the transformers default."""

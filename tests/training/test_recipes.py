@@ -56,7 +56,14 @@ def test_the_demo_recipe_is_the_tiny_recipe_with_the_demos_changes():
     changed = {
         "stage1": {"freeze_text_encoder": True, "statement_alignment_weight": 1.0, "ranking_loss": "contrastive"},
         "reranker": {},
-        "stage2": {"entity_tokens": True, "longitudinal_repeats": 8, "curriculum_steps": 150, "open_ended_share": 0.25},
+        "stage2": {
+            "entity_tokens": True,
+            "longitudinal_repeats": 8,
+            "curriculum_steps": 150,
+            "curriculum_questions": "each_case",
+            "open_ended_share": 0.25,
+            "remember_image_features": True,
+        },
     }
     for stage, expected in changed.items():
         tiny, demo = to_dict(load_recipe("tiny", stage)), to_dict(load_recipe("demo", stage))

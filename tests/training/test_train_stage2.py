@@ -112,7 +112,7 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
 
 
 def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run, toy, tmp_path):
-    from medreco.training.stage2 import conversation_texts, vqa_examples
+    from medreco.training.stage2 import conversation_texts, vocabulary_texts, vqa_examples
 
     _, stage1_out, _, _ = stage1_run
     trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path))
@@ -120,6 +120,7 @@ def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run
     assert trainer.config.tokenizer == "mined" and len(tokenizer) <= trainer.config.tokenizer_vocab_size + 8
     assert trainer.model.config.text_config.vocab_size == len(tokenizer)
     texts = conversation_texts(vqa_examples(trainer.data, "train", include_open_ended=True))
+    assert sorted(vocabulary_texts(trainer.data, "train", True, True)) == sorted(texts)
     assert texts and not any(tokenizer.unk_token_id in tokenizer.encode(t, add_special_tokens=False) for t in texts)
     with pytest.raises(RecipeError, match="own tokenizer"):
         Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
@@ -250,3 +251,103 @@ def test_open_ended_share_keeps_that_share_of_the_twins(stage1_run, toy):
     assert half == vqa_examples(data, "train", include_open_ended=True, open_ended_share=0.5)  # the same twins
     with pytest.raises(RecipeError, match="open_ended_share"):
         load_recipe("tiny", "stage2", ["open_ended_share=1.5"])
+
+
+@pytest.fixture(scope="module")
+def phantom_mined(tmp_path_factory):
+    """A small mined phantom cohort: its questions have the mined wordings ("Which case shows X?")."""
+    from medreco.data.mining import MiningConfig, mine
+    from medreco.data.phantom import PhantomConfig, generate_cohort
+
+    root = tmp_path_factory.mktemp("phantom")
+    generate_cohort(PhantomConfig(num_patients=8, size="tiny", seed=5, modalities=("chest_xray",)), root / "cohort")
+    agreement = dict(
+        metrics=("agreement",),
+        positive_threshold={"agreement": 0.99},
+        negative_threshold={"agreement": 0.01},
+        split_fractions={"train": 0.5, "validation": 0.0, "test": 0.5},
+    )
+    mine(root / "cohort" / "manifest.jsonl", root / "mined", MiningConfig(**agreement), progress=False)
+    return root / "mined"
+
+
+def test_swapped_twins_show_the_images_in_the_other_order_with_the_inverse_answer(phantom_mined):
+    """A swapped twin follows its question: the same text and options, the two images exchanged, the
+    inverse answer; questions whose answer has no inverse get none, and `swapped_twin_share=0` none."""
+    from medreco.data.mining import MinedData
+    from medreco.data.mining.swap import swapped_row
+    from medreco.data.mining.vqa import closed_answer
+    from medreco.training.stage2 import closed_rows, vqa_examples
+
+    data = MinedData(phantom_mined)
+    plain = vqa_examples(data, "train", include_open_ended=False)
+    every = vqa_examples(data, "train", include_open_ended=False, swapped_twin_share=1.0)
+    assert vqa_examples(data, "train", include_open_ended=False, swapped_twin_share=0.0) == plain
+    rows = closed_rows(data, "train")
+    position, answers_changed = 0, 0
+    for row, example in zip(rows, plain, strict=True):
+        assert every[position] == example
+        position += 1
+        twin = swapped_row(row)
+        if twin is None:
+            continue
+        swapped = every[position]
+        position += 1
+        assert swapped["images"] == example["images"][::-1]
+        question, answer = (message["content"][-1]["text"] for message in swapped["messages"])
+        assert question == example["messages"][0]["content"][-1]["text"]
+        assert answer == closed_answer(row["options"], twin["answer"])
+        answers_changed += twin["answer"] != row["answer"]
+    assert position == len(every) and 10 < len(every) - len(plain) < len(plain)
+    assert answers_changed > 5  # "Case A only" became "Case B only", "larger" "smaller", ...
+    with pytest.raises(RecipeError, match="swapped_twin_share"):
+        load_recipe("tiny", "stage2", ["swapped_twin_share=-0.1"])
+
+
+def test_each_case_questions_ask_about_one_image_of_the_pair_as_its_report_says(phantom_mined):
+    """The `each_case` curriculum: per presence pair, "Does Case A show X?" and "Does Case B show X?"
+    with both images, answered from that case's report; every answer Yes or No, both kinds present."""
+    from medreco.data.mining import MinedData
+    from medreco.data.mining.questions import presence_subject
+    from medreco.data.reports.ontology import Ontology
+    from medreco.training.stage2 import case_presence_examples
+
+    data = MinedData(phantom_mined)
+    examples = case_presence_examples(data, "train", entity_tokens=True)
+    by_image = {study.image: study for study in data.studies.values()}
+    entities = {entity.id: entity for entity in Ontology.load().entities()}
+    answers = set()
+    for example in examples:
+        question, answer = (message["content"][-1]["text"] for message in example["messages"])
+        entity_id = example["messages"][0]["content"][0]["entity"]
+        label = question[len("Does ") : question.index(" show ")]
+        assert label in ("Case A", "Case B", "Prior", "Current")  # the pair's labels
+        assert question.startswith(f"Does {label} show {presence_subject(entities[entity_id])}?")
+        study = by_image[example["images"][0 if label in ("Case A", "Prior") else 1]]
+        assert answer == {"positive": "A. Yes", "negative": "B. No"}[study.status(entity_id)]
+        assert len(example["images"]) == 2 and study.split == "train"
+        answers.add(answer)
+    assert len(examples) > 10 and answers == {"A. Yes", "B. No"}
+
+
+def test_remembered_image_features_train_the_same_model(stage1_run, toy, tmp_path):
+    """`remember_image_features` changes how often the frozen vision tower runs, not what stage 2
+    learns: the same losses and the same trained weights, within float tolerance."""
+    _, stage1_out, _, _ = stage1_run
+    runs = {}
+    for remember in (False, True):
+        out = tmp_path / str(remember)
+        steps, memo = "optimization.max_steps=4", f"remember_image_features={remember}"
+        config = stage2_config(toy, stage1_out / "final", out, steps, memo)
+        trainer = Stage2Trainer(config)
+        summary = trainer.train()["stage2"]
+        runs[remember] = (summary, load_file(out / "final" / "model.safetensors"))
+        assert getattr(trainer.model.model, "_feature_memo", None) is None  # forgotten after training
+    (plain, plain_weights), (remembered, remembered_weights) = runs[False], runs[True]
+    assert remembered["steps"] == plain["steps"] == 4
+    assert remembered["last_loss"] == pytest.approx(plain["last_loss"], rel=1e-4)
+    assert remembered_weights.keys() == plain_weights.keys()
+    for name, weight in plain_weights.items():
+        torch.testing.assert_close(remembered_weights[name], weight, rtol=1e-4, atol=1e-5)
+    with pytest.raises(RecipeError, match="frozen vision tower"):
+        load_recipe("tiny", "stage2", ["remember_image_features=true", "freeze_vision_tower=false"])

@@ -10,7 +10,9 @@ queries and questions, paired with the full method of the same seed:
   modality experts (`moe: false`), no statement alignment, the triplet loss;
 - closed VQA (accuracy over the demo's sampled test questions): the VLM against the blind VLM
   (blank images, same architecture and steps), the VLM without entity tokens, and the text-only
-  and majority-answer baselines fitted on the training split.
+  and majority-answer baselines fitted on the training split, also on the image-answerable
+  questions alone; and swap consistency (the share of order-dependent questions whose answer
+  changes to its inverse when the two images are exchanged) of the three VLMs.
 
 Every difference has its patient-clustered bootstrap interval and sign-flip p-value (a query or
 question is clustered by its patient). The cohort and its mining are the demo folder's (the
@@ -79,12 +81,15 @@ TARGETS = (
     ("VLM (MedReCo)", "blind VLM (blank images)", "vqa", 0.10),
     ("VLM (MedReCo)", "blind VLM (blank images)", "vqa_image_answerable", 0.10),
     ("VLM (MedReCo)", "text-only (question wording)", "vqa_image_answerable", 0.05),
+    ("VLM (MedReCo)", "blind VLM (blank images)", "vqa_swap", 0.20),
 )
 TASKS = (
     ("retrieval", "Retrieval, Recall@1"),
     ("vqa", "Closed VQA, accuracy"),
     ("vqa_image_answerable", "Closed VQA, image-answerable questions, accuracy"),
+    ("vqa_swap", "Swap consistency, order-dependent answers"),
 )
+SWAP_ROWS = VQA_ROWS[:3]  # the trained VLMs: the text-only and majority answers never see an order
 
 
 @dataclass
@@ -207,18 +212,22 @@ def retrieval_scores(config: AblationConfig, seed: int, run: str, data) -> dict:
 
 def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dict]) -> dict:
     """Per-question hits of a run's VLM on the demo's sampled test questions (the demo's headline
-    scoring), and of the baselines fitted on the training split before the language-prior filter."""
+    scoring), and of the baselines fitted on the training split before the language-prior filter;
+    under `swap`, the same for swap consistency (per order-dependent question of the demo's swap
+    sample, whether the answer changed to its inverse with the images exchanged)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from ..evaluation import CLOSED_SCORING, closed_predictions, preload_images
+    from ..evaluation import CLOSED_SCORING, closed_predictions, evaluate_swap_consistency, preload_images, sample_rows
     from ..evaluation.vqa import every_baseline_hits, question_cluster
 
     path = config.scores(seed, run) / "vqa.json"
     folder = config.stage_folder(seed, run, "stage2") / "final"
     stamps = fingerprint(folder)
-    if (cached := cached_scores(path, stamps)) is not None and cached["keys"] == [question_key(r) for r in rows]:
+    cached = cached_scores(path, stamps)
+    if cached is not None and cached["keys"] == [question_key(r) for r in rows] and "swap" in cached:
         return cached
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    model.remember_frozen_features()
     processor = AutoProcessor.from_pretrained(folder)
     scoring = CLOSED_SCORING[0]
     studies = preload_images(
@@ -229,12 +238,20 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     if run == "base":
         train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
         systems.update(every_baseline_hits(train_rows, rows))
+    swap_rows = sample_rows(rows, config.demo.swap_questions, config.demo.seed)  # the demo's swap questions
+    swap = evaluate_swap_consistency(model, processor, swap_rows, studies)
+    asymmetric = [swap_rows[i] for i in swap["order_dependent_rows"]]
     scores = {
         "models": stamps,
         "keys": [question_key(r) for r in rows],
         "patients": [question_cluster(r, data.studies) for r in rows],
         "scoring": scoring,
         "systems": systems,
+        "swap": {
+            "keys": [question_key(r) for r in asymmetric],
+            "patients": [question_cluster(r, data.studies) for r in asymmetric],
+            "systems": {"vlm": swap["hits"]["order_dependent"]},
+        },
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(scores))
@@ -304,6 +321,7 @@ def run_ablations(config: AblationConfig) -> dict:
         retrieval = {run: retrieval_scores(config, seed, run, data) for run in stage1_runs}
         vqa = {run: vqa_scores(config, seed, run, data, questions) for run in stage2_runs}
         seeds[str(seed)] = {"retrieval": compare(RETRIEVAL_ROWS, retrieval), "vqa": compare(VQA_ROWS, vqa)}
+        seeds[str(seed)]["vqa_swap"] = compare(SWAP_ROWS, {run: vqa[run]["swap"] for run in vqa})
         answerable = [bool(row.get("image_answerable")) for row in questions]
         if any(answerable):
             subset = {run: scores_subset(scores, answerable) for run, scores in vqa.items()}

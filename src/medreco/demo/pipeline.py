@@ -190,7 +190,7 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
     ]
     cache = f"data.tensor_cache_dir={out / 'cache'}"
     stages = {
-        "stage1": [f"alignment.max_steps={config.alignment_steps}", f"ranking.max_steps={config.stage1_steps}"],
+        "stage1": [cache, f"alignment.max_steps={config.alignment_steps}", f"ranking.max_steps={config.stage1_steps}"],
         "reranker": [cache, f"retrieval_model={stage1}", f"optimization.max_steps={config.reranker_steps}"],
         "stage2": [
             cache,
@@ -364,22 +364,28 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
 
     model, processor = _load_vlm(models / "stage2" / "final")
     blind, blind_processor = _load_vlm(models / "stage2_blind" / "final")
+    for vlm in (model, blind):
+        vlm.remember_frozen_features()  # each test image is asked about many times
     studies = preload_images(data.studies, data.study_ids("test"), processor.image_processor, config.progress)
     closed_rows = sample_rows(data.rows("vqa", "test"), config.closed_questions, config.seed)
     # the baselines learn from the training split as it was before the language-prior filter
     baseline_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
     closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, studies, config.progress)
-    hits = closed.pop("hits")
+    hits, letters = closed.pop("hits"), {"vlm": closed.pop("predicted")["answer"]}
     blind_letters = closed_predictions(blind, blind_processor, closed_rows, studies, config.progress, ("answer",))
+    letters["blind_vlm"] = blind_letters["answer"]
     hits["blind_vlm"] = [p == row["answer"] for p, row in zip(blind_letters["answer"], closed_rows, strict=True)]
     breakdown = answerability_breakdown(hits, closed_rows, studies)
     closed["blind_vlm"] = breakdown["systems"]["blind_vlm"]
     closed["answerability"] = {key: value for key, value in breakdown.items() if key != "groups"}
     for group, entry in breakdown.get("groups", {}).items():  # image_answerable, report_only, unknown
         closed[group] = {**entry.pop("systems"), **entry}
-    swap_rows = sample_rows(closed_rows, config.swap_questions, config.seed)
-    swaps = {
-        name: evaluate_swap_consistency(m, p, swap_rows, studies, config.progress)
+    swap_indices = sample_rows(range(len(closed_rows)), config.swap_questions, config.seed)
+    swap_rows = [closed_rows[i] for i in swap_indices]
+    swaps = {  # the first order was answered above: only the swapped twins are asked
+        name: evaluate_swap_consistency(
+            m, p, swap_rows, studies, config.progress, answered=[letters[name][i] for i in swap_indices]
+        )
         for name, (m, p) in (("vlm", (model, processor)), ("blind_vlm", (blind, blind_processor)))
     }
     swap = {

@@ -144,6 +144,14 @@ def probe_lines(metrics: dict) -> list[str]:
             f"{percent(ceiling['probe_only']['accuracy'])}%).",
             "",
         ]
+        swap = ceiling.get("swap_consistency")
+        if swap and swap["order_dependent"]["questions"]:
+            lines += [
+                f"The same choice with the two images exchanged changes to its inverse on "
+                f"{percent(swap['order_dependent']['rate'])}% of the {swap['order_dependent']['questions']} presence "
+                "questions whose answer depends on the order: the swap consistency the frozen features allow.",
+                "",
+            ]
     lines += ["| entity | train | test | AUC | balanced accuracy % |", "|---|---|---|---|---|"]
     for row in probe.get("table", []):
         lines.append(

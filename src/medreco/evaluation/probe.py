@@ -28,6 +28,7 @@ from ..data.mining.vqa import LETTERS, TextOnlyAnswerer
 from ..data.reports.ontology import Ontology
 from ..inference.encoder import RetrievalEncoder
 from .metrics import balanced_accuracy, wilson_interval
+from .swap import swap_consistency
 from .vqa import accuracy_summary, baseline_comparisons
 
 logger = logging.getLogger(__name__)
@@ -347,7 +348,7 @@ def presence_ceiling(probe_result: dict, rows: Sequence[dict], train_rows: Seque
     the training base rate counts in both factors (as in the spec of this ceiling)."""
     answerer = TextOnlyAnswerer().fit([SimpleNamespace(**row) for row in train_rows])
     entities = probe_result["entities"]
-    covered, ceiling, text, probe_only = [], [], [], []
+    covered, ceiling, text, probe_only, chosen = [], [], [], [], []
     left_out = {"no probe": 0, "no probability": 0, "other options": 0}
     for row in rows:
         if row.get("dimension") != "presence":
@@ -366,10 +367,15 @@ def presence_ceiling(probe_result: dict, rows: Sequence[dict], train_rows: Seque
             left_out["other options"] += 1
             continue
         covered.append(row)
+        chosen.append((LETTERS[choices[0]], LETTERS[_choices(row, _log_prior(scores), p_b, p_a)[0]]))
         ceiling.append(LETTERS[choices[0]] == row["answer"])
         probe_only.append(LETTERS[choices[1]] == row["answer"])
         text.append(LETTERS[int(np.argmax(scores))] == row["answer"])
-    return _ceiling_summary(covered, ceiling, text, probe_only, left_out, studies)
+    summary = _ceiling_summary(covered, ceiling, text, probe_only, left_out, studies)
+    if covered:  # the same choice with the two images' probabilities exchanged: what order-awareness the probe allows
+        swap = swap_consistency(covered, [c[0] for c in chosen], [c[1] for c in chosen], studies)
+        summary["swap_consistency"] = {k: swap[k] for k in ("questions", "order_dependent", "both_orders_correct")}
+    return summary
 
 
 def _ceiling_summary(

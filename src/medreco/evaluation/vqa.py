@@ -22,7 +22,6 @@ import copy
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -75,8 +74,8 @@ def choose_options(
         )
         logits = model(**_model_inputs(inputs, processor)).logits[0, -1]
         return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
-    # the batch holds every option's answer after the same two images: read each file once
-    images = [processor.image_processor.load(i) if isinstance(i, (str, Path)) else i for i in images]
+    # the batch holds every option's answer after the same two images: preprocess each once
+    images = [processor.image_processor.preprocessed(i, modality) for i in images]
     conversations = [
         conversation(prompt, modality, closed_answer(list(options), letter), images=images, entity=entity)
         for letter in letters
@@ -179,13 +178,14 @@ def closed_predictions(
 
 
 def preload_images(studies: dict, study_ids, image_processor, progress: bool = False) -> dict:
-    """`studies` with the images of `study_ids` read once into memory (copies of those study
-    records whose `image` is the loaded image; the others as they are): every later evaluation over
-    them skips the readers."""
+    """`studies` with the images of `study_ids` read and preprocessed once (copies of those study
+    records whose `image` is a `PreprocessedImage` of `image_processor`; the others as they are):
+    every later evaluation over them skips the readers and the preprocessing. Models whose
+    processors preprocess differently need their own preload."""
     loaded = dict(studies)
     for study_id in tqdm(sorted(set(study_ids)), desc="reading test images", unit="study", disable=not progress):
         study = copy.copy(studies[study_id])
-        study.image = image_processor.load(study.image)
+        study.image = image_processor.preprocessed(image_processor.load(study.image), study.modality)
         loaded[study_id] = study
     return loaded
 
@@ -252,7 +252,7 @@ def evaluate_closed_vqa(
     studies know their patients, the patient-clustered comparison: difference, cluster-bootstrap
     interval, sign-flip p-value; a question is clustered by one of its patients, `question_cluster`).
     `text_only`, `mcnemar` and `clustered` repeat the text-only comparison; `hits` holds every
-    system's hit per question."""
+    system's hit per question, `predicted` the VLM's letters per scoring."""
     predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
     hits = {
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
@@ -269,6 +269,7 @@ def evaluate_closed_vqa(
         },
         # per question: the headline VLM's and each baseline's hits, for comparisons with other systems
         "hits": {"vlm": hits[scorings[0]], **baselines},
+        "predicted": predicted,
     }
 
 

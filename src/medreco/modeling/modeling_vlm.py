@@ -12,6 +12,7 @@ image, -1 for none), projected together with that entity's embedding (see `MedRe
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -109,25 +110,89 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
         blank images."""
         if self.config.blind_images:
             pixel_values = torch.zeros_like(pixel_values)
-        vision_output = self.vision_tower(pixel_values, modality_ids)
-        features = self.multi_modal_projector(vision_output.last_hidden_state)
+        images = pixel_values.shape[0]
+        if self.config.entity_tokens:
+            if entity_ids is None:
+                entity_ids = torch.full((images,), -1, dtype=torch.long, device=pixel_values.device)
+            entity_ids = entity_ids.reshape(-1).to(pixel_values.device)
+            if entity_ids.numel() != images or int(entity_ids.max()) >= self.entity_embeddings.num_embeddings:
+                raise ValueError(
+                    f"entity_ids must give one row of the {self.entity_embeddings.num_embeddings}-entity table (or "
+                    f"-1) for each of the {images} images; got {entity_ids.tolist()}"
+                )
+        hidden, conditioned = self._frozen_features(pixel_values, modality_ids, entity_ids)
+        features = self.multi_modal_projector(hidden)
         if not self.config.entity_tokens:
             return features
-        images = pixel_values.shape[0]
-        if entity_ids is None:
-            entity_ids = torch.full((images,), -1, dtype=torch.long, device=features.device)
-        entity_ids = entity_ids.reshape(-1).to(features.device)
-        if entity_ids.numel() != images or int(entity_ids.max()) >= self.entity_embeddings.num_embeddings:
-            raise ValueError(
-                f"entity_ids must give one row of the {self.entity_embeddings.num_embeddings}-entity table (or -1) "
-                f"for each of the {images} images; got {entity_ids.tolist()}"
-            )
+        known = entity_ids >= 0
+        embeddings = self.entity_embeddings(entity_ids.clamp(min=0)) * known[:, None]
+        entity_token = self.entity_projector(conditioned.to(embeddings.dtype), embeddings)
+        return torch.cat([features, entity_token[:, None].to(features.dtype)], dim=1)
+
+    def _vision_features(
+        self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, entity_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The vision tower's tokens of each image and, with entity tokens, the conditioner's feature
+        of each image for its entity: what the projectors read."""
+        vision_output = self.vision_tower(pixel_values, modality_ids)
+        if not self.config.entity_tokens:
+            return vision_output.last_hidden_state, None
         known = entity_ids >= 0
         embeddings = self.entity_embeddings(entity_ids.clamp(min=0)) * known[:, None]
         tokens = conditioning_tokens(vision_output, self.config.conditioner_token_source)
         conditioned = self.conditioner(tokens, modality_ids.reshape(-1), embeddings, entity_mask=known).features
-        entity_token = self.entity_projector(conditioned.to(embeddings.dtype), embeddings)
-        return torch.cat([features, entity_token[:, None].to(features.dtype)], dim=1)
+        return vision_output.last_hidden_state, conditioned
+
+    def _frozen_modules(self) -> list[nn.Module]:
+        entity_modules = [self.conditioner, self.entity_embeddings] if self.config.entity_tokens else []
+        return [self.vision_tower, *entity_modules]
+
+    def remember_frozen_features(self, enabled: bool = True) -> None:
+        """Remember each image's vision-tower tokens and conditioner feature (`_vision_features`) by
+        its pixels, modality and entity, while those modules are frozen: a training run or an
+        evaluation that sees every image many times computes them once, and each step runs the
+        projectors and the language model only. The memory grows with the distinct images seen (on
+        their device); `enabled=False` forgets them. The frozen modules must be deterministic (no
+        dropout), as they are by default."""
+        self._feature_memo = {} if enabled else None
+
+    def _frozen_features(
+        self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, entity_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        memo = getattr(self, "_feature_memo", None)
+        frozen = memo is not None and not any(
+            parameter.requires_grad for module in self._frozen_modules() for parameter in module.parameters()
+        )
+        if not frozen:
+            return self._vision_features(pixel_values, modality_ids, entity_ids)
+        pixels = pixel_values.detach().reshape(pixel_values.shape[0], -1).float().cpu().numpy()
+        keys = [
+            (
+                tuple(pixel_values.shape[1:]),
+                int(modality_ids.reshape(-1)[i]),
+                -2 if entity_ids is None else int(entity_ids[i]),
+                hashlib.blake2b(pixels[i].tobytes(), digest_size=16).digest(),
+            )
+            for i in range(len(pixels))
+        ]
+        new: dict[tuple, int] = {}  # each image not seen before, at its first place in the batch
+        for i, key in enumerate(keys):
+            if key not in memo:
+                new.setdefault(key, i)
+        missing = list(new.values())
+        if missing:
+            index = torch.tensor(missing, device=pixel_values.device)
+            with torch.no_grad():
+                hidden, conditioned = self._vision_features(
+                    pixel_values[index],
+                    modality_ids.reshape(-1)[index],
+                    None if entity_ids is None else entity_ids[index],
+                )
+            for row, i in enumerate(missing):
+                memo[keys[i]] = (hidden[row], None if conditioned is None else conditioned[row])
+        hidden = torch.stack([memo[key][0] for key in keys])
+        conditioned = None if entity_ids is None else torch.stack([memo[key][1] for key in keys])
+        return hidden, conditioned
 
     def get_placeholder_mask(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, image_features: torch.Tensor
@@ -233,6 +298,10 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, entity_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         return self.model.get_image_features(pixel_values, modality_ids, entity_ids)
+
+    def remember_frozen_features(self, enabled: bool = True) -> None:
+        """See `MedReCoVLMModel.remember_frozen_features`."""
+        self.model.remember_frozen_features(enabled)
 
     def load_vision_tower(self, vision_model: MedReCoVisionModel) -> None:
         """Take the stage-1 vision encoder's weights (keeps this model's freezing)."""

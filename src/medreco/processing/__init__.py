@@ -5,7 +5,7 @@ from transformers import AutoImageProcessor, AutoProcessor
 from ..modeling import MedReCoConfig, MedReCoRerankerConfig, MedReCoVisionConfig, MedReCoVLMConfig
 from .cache import TensorCache, content_digest
 from .geometry import CANONICAL_AXES, ImageGeometry, MedicalImage, to_canonical
-from .image_processing_medreco import MedReCoImageProcessor, write_model_input
+from .image_processing_medreco import MedReCoImageProcessor, PreprocessedImage, write_model_input
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
 from .privacy import IDENTIFYING_KEYWORDS, DeidentificationReport, deidentify, deidentify_file, deidentify_tree
 from .processing_retrieval import MedReCoRetrievalProcessor
@@ -40,6 +40,7 @@ __all__ = [
     "IDENTIFYING_KEYWORDS",
     "CHAT_TEMPLATE",
     "MedReCoImageProcessor",
+    "PreprocessedImage",
     "MedReCoProcessor",
     "MedReCoRetrievalProcessor",
     "RemoteCodeError",

@@ -6,8 +6,10 @@ loadable with `AutoImageProcessor`), but speaks medical images: it reads DICOM/N
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -28,7 +30,19 @@ from .remote_code import AutoEntry, save_with_code
 
 logger = logging.getLogger(__name__)
 
-ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage  # or a PIL image
+
+@dataclass(frozen=True)
+class PreprocessedImage:
+    """An image already turned into its model tensor (`MedReCoImageProcessor.preprocessed`), with
+    the modality and settings that made it: an evaluation that asks about each image many times
+    preprocesses it once, and a processor with other settings refuses it rather than misread it."""
+
+    pixel_values: torch.Tensor
+    modality: str
+    settings: str
+
+
+ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage | PreprocessedImage  # or a PIL image
 
 
 class MedReCoImageProcessorKwargs(TypedDict, total=False):
@@ -136,9 +150,23 @@ class MedReCoImageProcessor(BaseImageProcessor):
             logger.info("%s: %s", loaded.source, note)
         return loaded
 
+    def preprocessed(
+        self, image: ImageLike, modality: str, spacing: Sequence[float] | None = None
+    ) -> PreprocessedImage:
+        """`image` preprocessed once for this processor: later calls take its tensor as it is."""
+        tensor = self.preprocess_one(image, modality, spacing)
+        return PreprocessedImage(tensor, modality, json.dumps(self._settings(modality), sort_keys=True))
+
     def preprocess_one(self, image: ImageLike, modality: str, spacing: Sequence[float] | None = None) -> torch.Tensor:
         """One image to its model tensor `(1, D, H, W)`."""
         recipe = self.recipe(modality)
+        if isinstance(image, PreprocessedImage):
+            if image.modality != modality or image.settings != json.dumps(self._settings(modality), sort_keys=True):
+                raise ValueError(
+                    f"an image preprocessed as {image.modality} with other settings cannot be read as {modality} "
+                    "by this processor: give the image itself"
+                )
+            return image.pixel_values
         if isinstance(image, (str, Path)):
             cache = self._cache() if Path(image).exists() else None  # a missing file: the reader's error
             key = self._digests(image, self._settings(modality)) if cache is not None else None
@@ -188,7 +216,9 @@ class MedReCoImageProcessor(BaseImageProcessor):
         flattened in order). `modalities` is one name for all, or one per image (or per tuple).
         Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)`, `depth` `(N,)` (1 for 2D
         images) and `images_per_sample`."""
-        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage)) or is_pil_image(images):
+        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage, PreprocessedImage)) or is_pil_image(
+            images
+        ):
             images = [images]
         samples = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in images]
         if isinstance(modalities, str):
@@ -229,4 +259,4 @@ def write_model_input(
     return tensor
 
 
-__all__ = ["MedReCoImageProcessor", "write_model_input"]
+__all__ = ["MedReCoImageProcessor", "PreprocessedImage", "write_model_input"]

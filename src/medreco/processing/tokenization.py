@@ -37,12 +37,11 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> P
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
-    counts = Counter(
-        word
-        for text in texts
-        if text and text.strip()
-        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
-    )
+    counts: Counter[str] = Counter()
+    for text, repeats in Counter(texts).items():  # a corpus of conversations repeats its texts
+        if text and text.strip():
+            for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+                counts[word] += repeats
     if not counts:
         raise ValueError("cannot learn a vocabulary from no text")
     alphabet = sorted({character for word in counts for character in word})

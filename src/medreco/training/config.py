@@ -157,10 +157,21 @@ class Stage2Config:
     # the share of closed questions whose open-ended twin is trained on too (1: every one, which doubles
     # the conversations; a twin repeats in words what its closed answer says)
     open_ended_share: float = 1.0
+    # the share of closed questions also trained with their two images in the other order and the
+    # inverse answer ("Case A only" <-> "Case B only", increased <-> decreased; data.mining.swap), so
+    # that the text alone never tells the answer; questions whose answer has no inverse have no twin
+    swapped_twin_share: float = 0.0
+    # each training image's frozen vision-tower tokens and conditioner feature computed once and
+    # remembered in memory (MedReCoVLMModel.remember_frozen_features), so a step runs the projectors
+    # and the language model only: for archives whose features fit in memory
+    remember_image_features: bool = False
     # optimiser steps of single-image presence questions ("Does this image show X?", from each training
     # study's report statements) before the comparative mix: the language model first learns to read
     # one image's tokens for a finding, then to compare two. Counted in optimization.max_steps.
     curriculum_steps: int = 0
+    # what the curriculum asks: "single_image" ("Does this image show X?" about one study) or
+    # "each_case" ("Does Case B show X?" about one of a pair's two images)
+    curriculum_questions: Literal["single_image", "each_case"] = "single_image"
     include_longitudinal: bool = True  # the follow-up questions of the mined longitudinal table
     # how many times each follow-up question appears in training: the follow-up table is a few per
     # cent of the questions, and the interval-change label a skill of its own
@@ -173,6 +184,10 @@ class Stage2Config:
             raise RecipeError(f"stage2.longitudinal_repeats: at least 1, not {self.longitudinal_repeats}")
         if not 0.0 <= self.open_ended_share <= 1.0:
             raise RecipeError(f"stage2.open_ended_share: a share between 0 and 1, not {self.open_ended_share}")
+        if not 0.0 <= self.swapped_twin_share <= 1.0:
+            raise RecipeError(f"stage2.swapped_twin_share: a share between 0 and 1, not {self.swapped_twin_share}")
+        if self.remember_image_features and not self.freeze_vision_tower:
+            raise RecipeError("stage2.remember_image_features needs a frozen vision tower (freeze_vision_tower=true)")
         if self.curriculum_steps < 0:
             raise RecipeError(f"stage2.curriculum_steps: 0 or more, not {self.curriculum_steps}")
 

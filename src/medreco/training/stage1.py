@@ -203,7 +203,7 @@ class Stage1Texts:
         gpu = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true")
         device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else home
         encoder.eval().to(device)
-        keys, pooled = list(texts), {}
+        keys, pooled = sorted(texts, key=lambda key: len(texts[key])), {}  # similar lengths pad little
         batches = range(0, len(keys), batch_size)
         for start in tqdm(batches, desc=description, disable=not self.progress, leave=False):
             chunk = keys[start : start + batch_size]

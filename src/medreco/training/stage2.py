@@ -25,6 +25,7 @@ from transformers import AutoTokenizer, set_seed
 from ..atomic import save_folder_atomically
 from ..data.mining import MinedData
 from ..data.mining.questions import presence_subject
+from ..data.mining.swap import swapped_row
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
 from ..errors import TrainingDataError
@@ -79,38 +80,37 @@ def vqa_examples(
     entity_tokens: bool = False,
     longitudinal_repeats: int = 1,
     open_ended_share: float = 1.0,
+    swapped_twin_share: float = 0.0,
 ) -> list[dict]:
     """Conversations (messages + image paths + modality) from the mined VQA and longitudinal tables
     (each follow-up question `longitudinal_repeats` times; the open-ended twins of `open_ended_share`
-    of the closed questions, chosen by a hash of the question); with `entity_tokens`, the image blocks
-    name the row's entity."""
+    of the closed questions and the swapped twins (`data.mining.swap`) of `swapped_twin_share`, each
+    chosen by a hash of the question); with `entity_tokens`, the image blocks name the row's entity."""
     examples = []
     for row in closed_rows(data, split, include_longitudinal, longitudinal_repeats):
-        modality = data.studies[row["study_a"]].modality
-        images = [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image]
-        entity = row["entity_id"] if entity_tokens else None
-        examples.append(
-            {
-                "messages": conversation(
-                    closed_prompt(row["question"], row["options"]),
-                    modality,
-                    closed_answer(row["options"], row["answer"]),
-                    entity=entity,
-                ),
-                "images": images,
-                "modality": modality,
-            }
-        )
-        twin_key = f"{row['study_a']}:{row['study_b']}:{row['entity_id']}:{row.get('dimension')}"
-        if include_open_ended and row.get("open_question") and _kept_share(twin_key, open_ended_share):
-            examples.append(
-                {
-                    "messages": conversation(row["open_question"], modality, row["open_answer"], entity=entity),
-                    "images": images,
-                    "modality": modality,
-                }
-            )
+        key = f"{row['study_a']}:{row['study_b']}:{row['entity_id']}:{row.get('dimension')}"
+        examples.append(_closed_example(data, row, entity_tokens))
+        if include_open_ended and row.get("open_question") and _kept_share(key, open_ended_share):
+            examples.append(_closed_example(data, row, entity_tokens, open_ended=True))
+        if swapped_twin_share > 0 and _kept_share("swap:" + key, swapped_twin_share):
+            twin = swapped_row(row)
+            if twin is not None:
+                examples.append(_closed_example(data, twin, entity_tokens))
     return examples
+
+
+def _closed_example(data: MinedData, row: dict, entity_tokens: bool, open_ended: bool = False) -> dict:
+    """The conversation of a closed VQA row (or of its open-ended twin) with its two images."""
+    modality = data.studies[row["study_a"]].modality
+    if open_ended:
+        question, answer = row["open_question"], row["open_answer"]
+    else:
+        question, answer = closed_prompt(row["question"], row["options"]), closed_answer(row["options"], row["answer"])
+    return {
+        "messages": conversation(question, modality, answer, entity=row["entity_id"] if entity_tokens else None),
+        "images": [data.studies[row["study_a"]].image, data.studies[row["study_b"]].image],
+        "modality": modality,
+    }
 
 
 def presence_examples(data: MinedData, split: str, entity_tokens: bool = False) -> list[dict]:
@@ -137,6 +137,38 @@ def presence_examples(data: MinedData, split: str, entity_tokens: bool = False) 
                         image_count=1,
                     ),
                     "images": [study.image],
+                    "modality": study.modality,
+                }
+            )
+    return examples
+
+
+def case_presence_examples(data: MinedData, split: str, entity_tokens: bool = False) -> list[dict]:
+    """Two-image conversations that ask about one case: for each mined presence question of the
+    split, "Does Case A show X?" and "Does Case B show X?", answered "A. Yes" or "B. No" from that
+    study's report (when it is positive or negative about X): the language model learns which
+    image block is which case before it compares them (`curriculum_questions: each_case`)."""
+    entities = {entity.id: entity for entity in Ontology.load().entities()}
+    examples = []
+    for row in data.rows("vqa", split):
+        entity = entities.get(row["entity_id"])
+        if row.get("dimension") != "presence" or entity is None:
+            continue
+        studies = [data.studies[row["study_a"]], data.studies[row["study_b"]]]
+        for label, study in zip(row.get("labels") or ("Case A", "Case B"), studies, strict=True):
+            status = study.status(row["entity_id"])
+            if status not in ("positive", "negative"):
+                continue
+            options = ["Yes", "No"]
+            examples.append(
+                {
+                    "messages": conversation(
+                        closed_prompt(f"Does {label} show {presence_subject(entity)}?", options),
+                        study.modality,
+                        closed_answer(options, "A" if status == "positive" else "B"),
+                        entity=row["entity_id"] if entity_tokens else None,
+                    ),
+                    "images": [s.image for s in studies],
                     "modality": study.modality,
                 }
             )
@@ -188,11 +220,23 @@ def build_tokenizer(config: Stage2Config, data: MinedData | None = None):
         )
     if data is None:
         raise RecipeError(f"stage2: tokenizer={MINED_TOKENIZER} needs the mined data to learn from")
-    examples = vqa_examples(data, "train", config.include_open_ended, config.include_longitudinal)
-    check_nonempty(examples, "training VQA samples", data.directory)
-    tokenizer = train_wordpiece_tokenizer(conversation_texts(examples), config.tokenizer_vocab_size)
-    logger.info("stage2: learned a %d-token vocabulary from %d training conversations", len(tokenizer), len(examples))
+    texts = vocabulary_texts(data, "train", config.include_open_ended, config.include_longitudinal)
+    check_nonempty(texts, "training VQA samples", data.directory)
+    tokenizer = train_wordpiece_tokenizer(texts, config.tokenizer_vocab_size)
+    logger.info("stage2: learned a %d-token vocabulary from %d training texts", len(tokenizer), len(texts))
     return tokenizer
+
+
+def vocabulary_texts(data: MinedData, split: str, include_open_ended: bool, include_longitudinal: bool) -> list[str]:
+    """The texts of the split's conversations, each closed question with its open-ended twin (what
+    `conversation_texts(vqa_examples(...))` gives, without building the conversations): the corpus
+    of a mined vocabulary."""
+    texts = []
+    for row in closed_rows(data, split, include_longitudinal):
+        texts += [closed_prompt(row["question"], row["options"]), closed_answer(row["options"], row["answer"])]
+        if include_open_ended and row.get("open_question"):
+            texts += [row["open_question"], row["open_answer"]]
+    return texts
 
 
 def build_vlm(
@@ -352,6 +396,8 @@ class Stage2Trainer:
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.processor = build_vlm(config, self.data)
+        if config.remember_image_features:
+            self.model.remember_frozen_features()
 
     def dataset(self):
         import datasets
@@ -364,6 +410,7 @@ class Stage2Trainer:
             self.config.entity_tokens,
             self.config.longitudinal_repeats,
             self.config.open_ended_share,
+            self.config.swapped_twin_share,
         )
         random.Random(self.config.run.seed).shuffle(examples)
         examples = examples[: self.config.data.max_train_samples or None]
@@ -374,13 +421,16 @@ class Stage2Trainer:
         return datasets.Dataset.from_list(ordered)
 
     def curriculum(self) -> list[dict]:
-        """The first `curriculum_steps` optimiser steps' conversations: single-image presence questions
-        in modality-homogeneous batches (repeated when there are fewer than the steps need)."""
+        """The first `curriculum_steps` optimiser steps' conversations: presence questions about one
+        image (`presence_examples`) or one case of a pair (`case_presence_examples`), as
+        `curriculum_questions` says, in modality-homogeneous batches (repeated when there are fewer
+        than the steps need)."""
         steps = self.config.curriculum_steps
         if not steps:
             return []
-        examples = presence_examples(self.data, "train", self.config.entity_tokens)
-        check_nonempty(examples, "single-image presence questions (stage2.curriculum_steps)", self.data.directory)
+        build = case_presence_examples if self.config.curriculum_questions == "each_case" else presence_examples
+        examples = build(self.data, "train", self.config.entity_tokens)
+        check_nonempty(examples, f"{self.config.curriculum_questions} presence questions", self.data.directory)
         wanted = steps * self.batch_size * self.config.optimization.gradient_accumulation_steps
         ordered: list[dict] = []
         epoch = 0
@@ -475,6 +525,8 @@ class Stage2Trainer:
             self._save(out / "base", self.model, {"phase": "base: the VLM before stage 2 (adapter/ applies to it)"})
         trainer = self.trainer(stop_after)
         output = trainer.train(resume_from_checkpoint=True if resume else None)
+        if self.config.remember_image_features:
+            self.model.remember_frozen_features(False)  # the training images' features, no longer needed
         steps = trainer.state.global_step
         if steps == 0:
             raise TrainingDataError(
@@ -564,6 +616,7 @@ __all__ = [
     "MINED_TOKENIZER",
     "build_tokenizer",
     "build_vlm",
+    "case_presence_examples",
     "stage1_entity_table",
     "conversation_texts",
     "closed_answer",
@@ -573,5 +626,6 @@ __all__ = [
     "lora_config",
     "train_stage2",
     "closed_rows",
+    "vocabulary_texts",
     "vqa_examples",
 ]

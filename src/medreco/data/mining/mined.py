@@ -75,21 +75,16 @@ class MinedData:
     """The datasets written by `medreco mine`, read once into plain Python rows."""
 
     def __init__(self, mined_dir: str | Path, modalities: Sequence[str] | None = None):
-        import datasets
-
         self.directory = Path(mined_dir)
         if not str(mined_dir) or not (self.directory / "studies").is_dir():
             raise TrainingDataError(
                 f"{self.directory}: no mined data here (expected {self.directory / 'studies'}; run `medreco mine`)"
             )
         self.summary = read_mined_summary(self.directory)
-        self._tables: dict[str, list[dict]] = {}
-        for name in MINED_TABLES:
-            path = self.directory / name
-            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if has_rows(path) else []
+        self._tables: dict[str, list[dict]] = {}  # each table read when first asked for
         keep = set(modalities) if modalities else None
         self.studies: dict[str, Study] = {}
-        for row in self._tables["studies"]:
+        for row in self._table("studies"):
             if keep is not None and row["modality"] not in keep:
                 continue
             image = self._image_path(row["image"])
@@ -104,6 +99,14 @@ class MinedData:
                 row.get("report") or "",
                 json.loads(row["statements"]) if row.get("statements") else {},
             )
+
+    def _table(self, name: str) -> list[dict]:
+        if name not in self._tables:
+            import datasets
+
+            path = self.directory / name
+            self._tables[name] = datasets.load_from_disk(str(path)).to_list() if has_rows(path) else []
+        return self._tables[name]
 
     def _image_path(self, stored: str) -> Path:
         """A study's image: `mine` stores paths relative to the mined folder. Tables mined by
@@ -121,7 +124,7 @@ class MinedData:
         keys.update(longitudinal=("prior", "current"), studies=("study_id",))
         return [
             row
-            for row in self._tables[table]
+            for row in self._table(table)
             if (split is None or row["split"] == split) and all(row[k] in self.studies for k in keys[table])
         ]
 
