@@ -60,7 +60,6 @@ def test_the_demo_recipe_is_the_tiny_recipe_with_the_demos_changes():
             "entity_tokens": True,
             "longitudinal_repeats": 8,
             "curriculum_steps": 150,
-            "curriculum_questions": "each_case",
             "open_ended_share": 0.25,
             "remember_image_features": True,
         },
