@@ -377,3 +377,6 @@ def test_default_demo_results_mean_something(tmp_path):
     swap = metrics["vqa"]["swap_consistency"]
     assert swap["vlm_minus_blind_vlm"]["clustered"]["interval"][0] > 0
     assert metrics["presence_ceiling"]["questions"] > 0 and metrics["probe"]["table"]
+    # the frozen features allow more order-awareness than stage 2 reads from them (README, Results)
+    ceiling_swap = metrics["presence_ceiling"]["swap_consistency"]["order_dependent"]
+    assert ceiling_swap["clustered"]["interval"][0] > swap["vlm"]["by_dimension"]["presence"]["rate"]
