@@ -351,7 +351,7 @@ FULL_DEMO = os.environ.get("MEDRECO_FULL_DEMO")
 
 @pytest.mark.skipif(
     not FULL_DEMO,
-    reason="the default demo takes ~18 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
+    reason="the default demo takes ~17 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
 )
 def test_default_demo_results_mean_something(tmp_path):
     """The README's claims on the default run, each as a patient-clustered interval above zero:

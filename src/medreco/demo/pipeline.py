@@ -37,7 +37,7 @@ def demo_settings() -> dict:
 @dataclass
 class DemoConfig:
     """Sizes of a demo run. `quick` (for CI) shrinks every step to fit in about 2 minutes on two
-    cores; the default run takes about 18. Fields left None take the size of the chosen mode
+    cores; the default run takes about 17. Fields left None take the size of the chosen mode
     (the recipe's `demo.sizes`)."""
 
     out_dir: str = "medreco-demo"
