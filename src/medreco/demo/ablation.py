@@ -238,8 +238,10 @@ def vqa_scores(config: AblationConfig, seed: int, run: str, data, rows: list[dic
     if run == "base":
         train_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
         systems.update(every_baseline_hits(train_rows, rows))
-    swap_rows = sample_rows(rows, config.demo.swap_questions, config.demo.seed)  # the demo's swap questions
-    swap = evaluate_swap_consistency(model, processor, swap_rows, studies)
+    swap_indices = sample_rows(range(len(rows)), config.demo.swap_questions, config.demo.seed)  # the demo's
+    swap_rows = [rows[i] for i in swap_indices]
+    answered = [letters[i] for i in swap_indices]  # the first order, answered above
+    swap = evaluate_swap_consistency(model, processor, swap_rows, studies, scoring=scoring, answered=answered)
     asymmetric = [swap_rows[i] for i in swap["order_dependent_rows"]]
     scores = {
         "models": stamps,

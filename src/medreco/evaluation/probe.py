@@ -362,12 +362,13 @@ def presence_ceiling(probe_result: dict, rows: Sequence[dict], train_rows: Seque
             left_out["no probability"] += 1
             continue
         scores = answerer.option_scores(row["question"], row["options"])
-        choices = _choices(row, _log_prior(scores), p_a, p_b)
+        prior = _log_prior(scores)
+        choices = _choices(row, prior, p_a, p_b)
         if choices is None:
             left_out["other options"] += 1
             continue
         covered.append(row)
-        chosen.append((LETTERS[choices[0]], LETTERS[_choices(row, _log_prior(scores), p_b, p_a)[0]]))
+        chosen.append((LETTERS[choices[0]], LETTERS[_choices(row, prior, p_b, p_a)[0]]))  # then the images swapped
         ceiling.append(LETTERS[choices[0]] == row["answer"])
         probe_only.append(LETTERS[choices[1]] == row["answer"])
         text.append(LETTERS[int(np.argmax(scores))] == row["answer"])

@@ -113,6 +113,22 @@ def _closed_example(data: MinedData, row: dict, entity_tokens: bool, open_ended:
     }
 
 
+def _yes_no_example(question: str, positive: bool, images: list, modality: str, entity: str | None) -> dict:
+    """A presence question about `images` answered "A. Yes" or "B. No"."""
+    options = ["Yes", "No"]
+    return {
+        "messages": conversation(
+            closed_prompt(question, options),
+            modality,
+            closed_answer(options, "A" if positive else "B"),
+            entity=entity,
+            image_count=len(images),
+        ),
+        "images": images,
+        "modality": modality,
+    }
+
+
 def presence_examples(data: MinedData, split: str, entity_tokens: bool = False) -> list[dict]:
     """One single-image conversation per study and entity its report is positive or negative about:
     "Does this image show X?" answered "A. Yes" or "B. No" (the curriculum's first phase)."""
@@ -125,21 +141,8 @@ def presence_examples(data: MinedData, split: str, entity_tokens: bool = False) 
             if status not in ("positive", "negative") or entity_id not in entities:
                 continue
             question = f"Does this image show {presence_subject(entities[entity_id])}?"
-            options = ["Yes", "No"]
-            answer = closed_answer(options, "A" if status == "positive" else "B")
-            examples.append(
-                {
-                    "messages": conversation(
-                        closed_prompt(question, options),
-                        study.modality,
-                        answer,
-                        entity=entity_id if entity_tokens else None,
-                        image_count=1,
-                    ),
-                    "images": [study.image],
-                    "modality": study.modality,
-                }
-            )
+            entity = entity_id if entity_tokens else None
+            examples.append(_yes_no_example(question, status == "positive", [study.image], study.modality, entity))
     return examples
 
 
@@ -155,23 +158,14 @@ def case_presence_examples(data: MinedData, split: str, entity_tokens: bool = Fa
         if row.get("dimension") != "presence" or entity is None:
             continue
         studies = [data.studies[row["study_a"]], data.studies[row["study_b"]]]
+        images = [study.image for study in studies]
         for label, study in zip(row.get("labels") or ("Case A", "Case B"), studies, strict=True):
             status = study.status(row["entity_id"])
             if status not in ("positive", "negative"):
                 continue
-            options = ["Yes", "No"]
-            examples.append(
-                {
-                    "messages": conversation(
-                        closed_prompt(f"Does {label} show {presence_subject(entity)}?", options),
-                        study.modality,
-                        closed_answer(options, "A" if status == "positive" else "B"),
-                        entity=row["entity_id"] if entity_tokens else None,
-                    ),
-                    "images": [s.image for s in studies],
-                    "modality": study.modality,
-                }
-            )
+            question = f"Does {label} show {presence_subject(entity)}?"
+            named = row["entity_id"] if entity_tokens else None
+            examples.append(_yes_no_example(question, status == "positive", images, study.modality, named))
     return examples
 
 
