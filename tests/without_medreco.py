@@ -59,11 +59,12 @@ def run(
     return result
 
 
-def run_python(code: str, tmp_path: Path, cwd: Path | None = None, **args) -> dict:
-    """Run `code` (`ARGS` holds `args`; it prints one JSON line last) without medreco; returns that JSON."""
+def run_python(code: str, tmp_path: Path, cwd: Path | None = None, python: str | None = None, **args) -> dict:
+    """Run `code` (`ARGS` holds `args`; it prints one JSON line last) without medreco, in `python`
+    (default: this interpreter); returns that JSON."""
     script = "import json, sys\nARGS = json.loads(sys.argv[1])\n" + textwrap.dedent(code)
     script += "\nassert not any(m == 'medreco' or m.startswith('medreco.') for m in sys.modules)\n"
-    result = run([sys.executable, "-c", script, json.dumps(args)], tmp_path, cwd)
+    result = run([python or sys.executable, "-c", script, json.dumps(args)], tmp_path, cwd)
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-3000:]
     return json.loads(lines[-1])

@@ -3,6 +3,8 @@ statement, and nothing that was not passed in."""
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import pytest
 from huggingface_hub import ModelCard
 
@@ -66,3 +68,14 @@ def test_a_run_too_short_to_log_a_loss_still_gets_its_card(tmp_path):
     card = model_card("vlm", {"stage2": {"steps": 2, "first_loss": None, "last_loss": None}})
     write_model_card(card, tmp_path)
     assert "| stage2 | 2 |  |  |" in (tmp_path / "README.md").read_text()
+
+
+def test_the_install_line_names_the_transformers_versions_this_medreco_declares():
+    declared = next(
+        r.split(";")[0].replace(" ", "")
+        for r in metadata.requires("medreco")
+        if r.startswith("transformers") and "extra" not in r
+    )
+    assert ">=" in declared  # a range, as pyproject.toml declares it
+    text = str(model_card("vlm"))
+    assert f'pip install torch "{declared}"' in text

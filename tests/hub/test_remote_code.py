@@ -5,12 +5,15 @@ all in processes where `import medreco` fails (without_medreco.py)."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import transformers
 from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
 from conftest import example_inputs, main_output, tiny_model
@@ -214,9 +217,27 @@ def test_the_cards_code_runs_as_printed_on_dicom_nifti_and_png_without_medreco(h
             assert namespace["depth"] == [2, 1, 4, 40, 40] and isinstance(namespace["answer"], str)
 
 
+# A Python whose transformers differs from this one's (.ci/run's newest-stack job sets it): an
+# exported folder must work on whatever transformers its user has, not only the one that saved it.
+OTHER_PYTHON = os.environ.get("MEDRECO_OTHER_PYTHON")
+
+
+@pytest.mark.parametrize("interpreter", ["this", "other_transformers"])
 def test_the_vlm_stops_at_the_end_of_turn_and_serves_the_pipeline_and_names_bad_files_without_medreco(
-    hub_ready, tmp_path
+    hub_ready, tmp_path, interpreter
 ):
+    python = None
+    if interpreter != "this":
+        if not OTHER_PYTHON:
+            pytest.skip("MEDRECO_OTHER_PYTHON (a Python with another transformers) is not set; .ci/run sets it")
+        other = subprocess.run(
+            [OTHER_PYTHON, "-c", "import transformers; print(transformers.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert other != transformers.__version__, f"{OTHER_PYTHON} has this transformers ({other})"
+        python = OTHER_PYTHON
     root = hub_ready["vlm"].parent
     write_series(root / "prior_ct_series", box_phantom())
     write_nifti_volume(root / "current_ct.nii.gz", box_phantom())
@@ -269,6 +290,7 @@ def test_the_vlm_stops_at_the_end_of_turn_and_serves_the_pipeline_and_names_bad_
         nifti=str(root / "current_ct.nii.gz"),
         png=[str(tmp_path / "a.png"), str(tmp_path / "b.png")],
         missing=str(tmp_path / "no-such-scan.nii.gz"),
+        python=python,
     )
     assert result["generated"][-1] == result["end_of_turn"] and len(result["generated"]) == 3
     assert result["end_of_turn"] in result["eos"]

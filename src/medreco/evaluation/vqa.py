@@ -36,6 +36,7 @@ from ..data.mining.vqa import (
     closed_prompt,
 )
 from ..data.reports.decomposition import QuestionEntityFinder
+from ..modeling.modeling_vlm import CACHE_NAME
 from ..processing import conversation
 from .metrics import bleu, clustered_paired_test, mcnemar_test, meteor, rouge_l, wilson_interval
 
@@ -115,10 +116,10 @@ def _option_logits(model, processor, inputs: dict, images_per_option: int) -> to
     prefix = model(
         input_ids=ids[:1, :shared], attention_mask=inputs["attention_mask"][:1, :shared], use_cache=True, **first
     )
-    cache = prefix.past_key_values
+    cache = prefix[CACHE_NAME]
     cache.batch_repeat_interleave(len(ids))
     rest = model(
-        input_ids=ids[:, shared:], attention_mask=inputs["attention_mask"], past_key_values=cache, use_cache=True
+        input_ids=ids[:, shared:], attention_mask=inputs["attention_mask"], use_cache=True, **{CACHE_NAME: cache}
     )
     return torch.cat([prefix.logits.expand(len(ids), -1, -1), rest.logits], dim=1)
 

@@ -7,12 +7,27 @@ pipeline tag, base model, datasets, tags and a `model-index` with the evaluation
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..atomic import atomic_path
+
+
+def transformers_requirement() -> str:
+    """The transformers versions this medreco was tested with, as its package metadata declares them
+    (e.g. `transformers>=5.23,<6`): what a card tells a user to install beside the folder's code."""
+    try:
+        requirements = metadata.requires("medreco") or []
+    except metadata.PackageNotFoundError:
+        requirements = []
+    for requirement in requirements:
+        if re.match(r"transformers\b", requirement) and "extra ==" not in requirement:
+            return requirement.split(";")[0].replace(" ", "")
+    return "transformers"
 
 
 @dataclass(frozen=True)
@@ -185,8 +200,9 @@ def _description_lines(family: str, kind: Family, name: str, data_description: s
         "```",
         "",
         "The folder carries its model and processor code, so it loads without medreco installed",
-        "(`pip install torch transformers pillow pydicom nibabel` reads DICOM, NIfTI, PNG and JPEG). With medreco",
-        "installed, `import medreco` registers the model types and `trust_remote_code` is not needed.",
+        f'(`pip install torch "{transformers_requirement()}" pillow pydicom nibabel` reads DICOM, NIfTI, PNG and',
+        "JPEG). With medreco installed, `import medreco` registers the model types and `trust_remote_code` is",
+        "not needed.",
         "",
         "## Training data",
         "",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -21,24 +21,32 @@ from transformers import AutoModel
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.utils import ModelOutput
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_vlm import MedReCoVLMConfig
 from .modeling_retrieval import MedReCoConditioner, conditioning_tokens
 from .modeling_utils import MedReCoPreTrainedModel
 from .modeling_vision import MedReCoVisionModel
 
+# What transformers calls the key-value cache in model outputs and forward arguments: `cache` from
+# 5.24 on, `past_key_values` before. Exported models run on the user's transformers, so both count.
+CACHE_NAME = "cache" if any(field.name == "cache" for field in fields(CausalLMOutputWithPast)) else "past_key_values"
+
+
+def cache_argument(past_key_values: Cache | None, kwargs: dict) -> dict:
+    """The key-value cache a caller passed, as `past_key_values` or (transformers >= 5.24's
+    generation) as `cache` in `kwargs` (removed from it), under the name this transformers takes."""
+    cache = kwargs.pop("cache", None)
+    return {CACHE_NAME: past_key_values if cache is None else cache}
+
 
 @dataclass
-class MedReCoVLMOutput(ModelOutput):
-    """loss: next-token NLL on answer tokens. image_hidden_states: projected visual tokens."""
+class MedReCoVLMOutput(CausalLMOutputWithPast):
+    """A causal LM output (loss: next-token NLL on answer tokens; the key-value cache under
+    `CACHE_NAME`) plus the backbone's `last_hidden_state` and `image_hidden_states`, the projected
+    visual tokens."""
 
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
     last_hidden_state: torch.Tensor | None = None
-    past_key_values: Cache | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
     image_hidden_states: torch.Tensor | None = None
 
 
@@ -72,7 +80,7 @@ class MedReCoVLMPreTrainedModel(MedReCoPreTrainedModel):
     config_class = MedReCoVLMConfig
     base_model_prefix = "model"
     input_modalities = ("image", "text")
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = [CACHE_NAME]
 
 
 class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
@@ -238,17 +246,18 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
             image_features = self.get_image_features(pixel_values, modality_ids, entity_ids).to(inputs_embeds.dtype)
             mask = self.get_placeholder_mask(input_ids, inputs_embeds, image_features)
             inputs_embeds = inputs_embeds.masked_scatter(mask, image_features)
+        cache = cache_argument(past_key_values, kwargs)
         outputs = self.language_model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             use_cache=use_cache,
+            **cache,
             **kwargs,
         )
         return MedReCoVLMOutput(
             last_hidden_state=outputs.last_hidden_state,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: outputs.get(CACHE_NAME)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             image_hidden_states=image_features,
@@ -374,10 +383,10 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
             modality_ids=modality_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             entity_ids=entity_ids,
+            **cache_argument(past_key_values, kwargs),
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -394,7 +403,7 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
         return MedReCoVLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: outputs.get(CACHE_NAME)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             image_hidden_states=outputs.image_hidden_states,
