@@ -12,7 +12,22 @@ import torch
 
 import medreco
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers share the cores: one thread each, no oversubscription
+    threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes tests start, too
+    torch.set_num_threads(threads)
+
 TINY_IMAGE = 40  # tiny preset: 40x40 in-plane, patch 10 -> 16 tokens per image
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    reason = f"needs a CUDA GPU (torch {torch.__version__} sees none)"
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

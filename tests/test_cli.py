@@ -70,7 +70,9 @@ def test_compare_refuses_to_print_a_blank_answer(monkeypatch, capsys):
         def answer(self, *args, **kwargs):
             return ""
 
-    monkeypatch.setattr(ComparativeReader, "from_pretrained", classmethod(lambda cls, folder: BlankReader()))
+    monkeypatch.setattr(
+        ComparativeReader, "from_pretrained", classmethod(lambda cls, folder, placement=None: BlankReader())
+    )
     assert main(["compare", "a.png", "b.png", "--model", "runs/vlm", "--question", "Any change?"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "runs/vlm generated no text" in captured.err

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from fault_runner import WarmRunner
 from hub_ready import write_png
@@ -246,3 +247,30 @@ def test_a_non_positive_pair_budget_is_one_line(runner, places, tmp_path):
     assert runner.run({"argv": argv}, log) == {"code": 2, "signal": None}
     lines = log.read_text().splitlines()
     assert len(lines) == 1 and "vqa_pairs_per_study must be positive" in lines[0]
+
+
+DEVICE_COMMANDS = {
+    "index": ["index", "--model", "{retrieval}", "--mined", "{toy}", "--out", "{out}"],
+    "search": ["search", "{png}", "--index", "{index}", "--model", "{retrieval}", "--modality", "chest_xray"],
+    "compare": ["compare", "{png}", "{png}", "--model", "{vlm}", "--question", "Any change?"],
+    "evaluate": ["evaluate", "--model", "{retrieval}", "--mined", "{toy}"],
+    "evaluate-public": ["evaluate-public", "mmxu", "--model", "{vlm}", "--data", "{text}", "--images", "{folder}"],
+}
+BAD_DEVICES = [(["--device", "gpu"], "--device 'gpu': not a device"), (["--dtype", "float16"], "needs a GPU")]
+if not torch.cuda.is_available():
+    BAD_DEVICES.append((["--device", "cuda"], "--device cuda: CUDA is not available here"))
+
+
+@pytest.mark.parametrize("command", DEVICE_COMMANDS)
+@pytest.mark.parametrize(("option", "message"), BAD_DEVICES, ids=[" ".join(o) for o, _ in BAD_DEVICES])
+def test_a_device_this_machine_cannot_run_is_one_line_before_anything_is_read(
+    runner, places, tmp_path, command, option, message
+):
+    if option == ["--dtype", "float16"]:
+        option = ["--device", "cpu", *option]
+    log = tmp_path / "stderr.log"
+    argv = [_fill(a, places) for a in DEVICE_COMMANDS[command]] + option
+    assert runner.run({"argv": argv, "stdout": str(tmp_path / "stdout.log")}, log) == {"code": 2, "signal": None}
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"medreco {command}: error: ") and message in lines[0]
+    assert not Path(places["out"]).exists()

@@ -1,4 +1,4 @@
-"""The command line end to end on a trained toy model: index, search, evaluate, compare."""
+"""The command line end to end on a trained toy model: index, search, evaluate, compare (on `--device cpu`)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
                 "--entity",
                 "Pleural effusion",
                 "--quiet",
+                "--device",
+                "cpu",
             ]
         )
         == 0
@@ -52,6 +54,10 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
                 "--json",
                 "--plot",
                 str(tmp_path / "montage.png"),
+                "--device",
+                "cpu",
+                "--dtype",
+                "float32",
             ]
         )
         == 0
@@ -85,6 +91,8 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
                 str(tmp_path / "vlm" / "final"),
                 "--question",
                 "Is there pleural effusion in Case B?",
+                "--device",
+                "cpu",
             ]
         )
         == 0

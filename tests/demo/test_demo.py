@@ -10,6 +10,7 @@ by the opt-in test at the end."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -93,8 +94,9 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     assert metrics["presence_ceiling"]["questions"] >= 0
     report_metrics = {"ratescore", "radgraph"}  # scored when installed, else the reason is recorded
     assert set(metrics["vqa"]["open_ended"]) - report_metrics == {
-        "questions", "bleu", "rouge_l", "meteor", "entity_f1", "bertscore_f1"
+        "questions", "bleu", "rouge_l", "meteor_no_synonyms", "entity_f1", "bertscore_f1"
     }  # fmt: skip
+    assert metrics["vqa"]["bleu_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:")
     assert (
         set(metrics["vqa"]["open_ended"]) & report_metrics | set(metrics["vqa"]["unavailable_metrics"])
         == report_metrics
@@ -123,7 +125,8 @@ def test_demo_writes_reports_figures_and_loadable_models(demo):
     report = (demo / "report.md").read_text()
     assert "image-answerable" in report and "Swap consistency" in report and "Ceiling" in report
     html = (demo / "report.html").read_text()
-    assert "<table>" in html and 'src="figures/recall_bars.png"' in html and "Recall" in html
+    assert "<table>" in html and "Recall" in html and "figures/" not in html  # every figure embedded
+    assert html.count('src="data:image/png;base64,') == report.count("](figures/")
     models = demo / "models"
     retrieval = AutoModel.from_pretrained(models / "stage1" / "final")
     assert retrieval.config.model_type == "medreco"
@@ -249,7 +252,7 @@ def test_ablate_refuses_an_unknown_switch_in_one_line(tmp_path, capsys):
     assert "no-such-thing" in error and "\n" not in error and not list(tmp_path.iterdir())
 
 
-def test_markdown_and_html_reports_render_tables():
+def test_markdown_and_html_reports_render_tables(tmp_path):
     entry = {
         "queries": 4,
         **{
@@ -290,6 +293,12 @@ def test_markdown_and_html_reports_render_tables():
     page = html_report(markdown)
     assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
     assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped
+    figure = tmp_path / "figures" / "plot.png"
+    figure.parent.mkdir()
+    figure.write_bytes(b"\x89PNG\r\n\x1a\n fake")
+    embedded = html_report("# Report\n\n![a plot](figures/plot.png)\n\n![gone](figures/missing.png)\n", tmp_path)
+    assert f'src="data:image/png;base64,{base64.b64encode(figure.read_bytes()).decode()}"' in embedded
+    assert 'src="figures/missing.png"' in embedded and "<h1>Report</h1>" in embedded
     # every baseline with its clustered comparison; per-entity tables for retrieval and VQA
     closed = metrics["vqa"]["closed"]
     closed["baselines"] = {

@@ -1,12 +1,33 @@
-"""Metric functions against hand-computed cases."""
+"""Metric functions against hand-computed cases, the text metrics against the standard packages they
+call, and the statistics against SciPy where it is installed."""
 
+import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from medreco.evaluation import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
-from medreco.evaluation.metrics import balanced_accuracy, clustered_mean, clustered_paired_test
+from medreco.evaluation import (
+    bleu,
+    exact_match,
+    mcnemar_test,
+    meteor,
+    meteor_no_synonyms,
+    ndcg_at_k,
+    recall_at_k,
+    rescore_open_ended,
+    rouge_l,
+    text_scores,
+    wilson_interval,
+)
+from medreco.evaluation.metrics import (
+    _normal_quantile,
+    balanced_accuracy,
+    clustered_mean,
+    clustered_paired_test,
+    mean_ranking_scores,
+)
 from medreco.evaluation.retrieval import entity_level, summarize_retrieval
 
 
@@ -47,20 +68,143 @@ def test_mcnemar_exact_binomial():
         mcnemar_test([True], [True, False])
 
 
-def test_bleu_by_hand():
-    assert bleu(["no change in the effusion"], ["no change in the effusion"]) == pytest.approx(1.0)
-    # p1 = 5/6, p2 = (3+1)/(5+1), p3 = (1+1)/(4+1), p4 = (0+1)/(3+1), no brevity penalty
-    expected = math.exp((math.log(5 / 6) + math.log(4 / 6) + math.log(2 / 5) + math.log(1 / 4)) / 4)
-    assert bleu(["the cat sat on the mat"], ["the cat is on the mat"]) == pytest.approx(expected)
-    assert bleu([""], ["anything"]) == 0.0
+def test_the_statistics_agree_with_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for b, c in [(3, 0), (6, 0), (5, 5), (7, 2), (1, 12), (40, 25), (0, 1)]:
+        outcomes_a = [True] * b + [False] * c + [True] * 4  # 4 concordant pairs, which McNemar ignores
+        outcomes_b = [False] * b + [True] * c + [True] * 4
+        expected = stats.binomtest(b, b + c, 0.5).pvalue
+        assert mcnemar_test(outcomes_a, outcomes_b)["p_value"] == pytest.approx(expected, rel=1e-12)
+    for successes, trials in [(8, 10), (0, 10), (10, 10), (1, 3), (30, 30), (57, 120), (999, 1000)]:
+        for confidence in (0.9, 0.95, 0.99):
+            interval = stats.binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="wilson")
+            low, high = wilson_interval(successes, trials, confidence)
+            assert low == pytest.approx(interval.low, abs=1e-8) and high == pytest.approx(interval.high, abs=1e-8)
+    for p in (1e-9, 1e-4, 0.01, 0.02425, 0.025, 0.3, 0.5, 0.8, 0.975, 0.99, 1 - 1e-6):
+        assert _normal_quantile(p) == pytest.approx(stats.norm.ppf(p), rel=1e-8, abs=1e-9)
 
 
-def test_rouge_l_and_meteor_by_hand():
+# a fixed corpus of comparative answers (mixed case and punctuation, as generated answers and references are)
+ANSWERS = [
+    "The effusion is larger in Case B.",
+    "no change in the right lower lobe nodule",
+    "Case A shows a small left pleural effusion; case B shows none.",
+    "the heart is enlarged in both cases",
+    "Neither case shows consolidation.",
+]
+REFERENCES = [
+    "The pleural effusion is larger in Case B than in Case A.",
+    "The right lower lobe nodule is unchanged.",
+    "Case A shows a small left pleural effusion, Case B does not.",
+    "The heart size is normal in both cases.",
+    "Neither case shows consolidation.",
+]
+
+
+def test_bleu_is_sacrebleus_corpus_bleu_with_its_signature():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    scored = bleu(ANSWERS, REFERENCES)
+    expected = sacrebleu.corpus_bleu(ANSWERS, [REFERENCES], lowercase=True)
+    assert scored["bleu"] == pytest.approx(expected.score / 100, rel=1e-12) and 0 < scored["bleu"] < 1
+    assert scored["bleu_signature"] == f"nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    # by hand: p1 = 5/6, p2 = 3/5, p3 = 1/4, no 4-gram matches (exp smoothing: 1/(2*3)), equal lengths
+    single = bleu(["the cat sat on the mat"], ["The cat is on the mat"])["bleu"]
+    assert single == pytest.approx((5 / 6 * 3 / 5 * 1 / 4 * 1 / 6) ** 0.25)
+    # every n-gram matches once case is folded; 5 words for the reference's 6 tokens (the full stop is one)
+    assert bleu(["no change in the effusion"], ["No change in the effusion."])["bleu"] == pytest.approx(
+        math.exp(1 - 6 / 5)
+    )
+    assert bleu([""], ["anything at all here"])["bleu"] == 0.0
+    assert bleu([], []) == {"bleu": 0.0, "bleu_signature": scored["bleu_signature"]}
+
+
+def test_rouge_l_is_rouge_scores_f1_mean():
+    rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
+    # LCS "the effusion is larger": precision 4/4, recall 4/7, F1 = 2PR/(P+R) = 8/11
+    assert rouge_l(["the effusion is larger"], ["The left effusion is much larger now."]) == pytest.approx(8 / 11)
     assert rouge_l(["a b c d"], ["a c d e"]) == pytest.approx(0.75)  # LCS 3 of 4 both ways
-    assert rouge_l(["x"], ["y"]) == 0.0
-    assert meteor(["a b c d"], ["a b c d"]) == pytest.approx(1 - 0.5 * (1 / 4) ** 3)
-    assert meteor(["d c b a"], ["a b c d"]) < meteor(["a b c d"], ["a b c d"])  # fragmentation penalised
+    assert rouge_l(["x"], ["y"]) == 0.0 and rouge_l([], []) == 0.0
+    assert rouge_l(["increased"], ["increase"]) == 0.0  # no stemming
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    expected = np.mean([scorer.score(r, a)["rougeL"].fmeasure for a, r in zip(ANSWERS, REFERENCES)])
+    assert rouge_l(ANSWERS, REFERENCES) == pytest.approx(expected, rel=1e-12)
+
+
+def test_meteor_matches_words_and_stems_but_no_synonyms_without_wordnet():
+    assert meteor_no_synonyms(["a b c d"], ["A b c d."]) == pytest.approx(1 - 0.5 * (1 / 4) ** 3)  # one chunk
+    assert meteor_no_synonyms(["the effusion"], ["no change"]) == 0.0
+    assert meteor_no_synonyms(["d c b a"], ["a b c d"]) < meteor_no_synonyms(["a b c d"], ["a b c d"])  # fragmented
+    # "increased" and "increases" share the Porter stem "increas": all three words match, in one chunk
+    assert meteor_no_synonyms(["the effusion increased"], ["the effusion increases"]) == pytest.approx(
+        1 - 0.5 * (1 / 3) ** 3
+    )
+    no_synonym = meteor_no_synonyms(["the effusion is bigger"], ["the effusion is larger"])
+    # 3 of 4 words match in one chunk: Fmean = 3/4, penalty 0.5 * (1/3)^3
+    assert no_synonym == pytest.approx(0.75 * (1 - 0.5 / 27))
+
+    class OneSynonym:  # a WordNet with one synset: "bigger" and "larger"
+        def synsets(self, word):
+            lemmas = [SimpleNamespace(name=lambda w=w: w) for w in ("bigger", "larger")]
+            return [SimpleNamespace(lemmas=lambda: lemmas)] if word in ("bigger", "larger") else []
+
+    with_synonym = meteor(["the effusion is bigger"], ["the effusion is larger"], wordnet=OneSynonym())
+    assert with_synonym == pytest.approx(1 - 0.5 * (1 / 4) ** 3) and with_synonym > no_synonym
+    assert meteor_no_synonyms([], []) == 0.0
     assert exact_match(["Larger in Case B."], ["larger in case b"]) == 1.0
+
+
+def test_text_scores_and_open_ended_evaluation_report_the_signature_beside_numbers():
+    from medreco.evaluation import evaluate_open_ended
+
+    scores = text_scores(ANSWERS, REFERENCES)
+    assert set(scores) == {"bleu", "bleu_signature", "rouge_l", "meteor_no_synonyms"}
+    assert scores["bleu"] == bleu(ANSWERS, REFERENCES)["bleu"] and scores["rouge_l"] == rouge_l(ANSWERS, REFERENCES)
+
+    class Reader:  # answers with the fixed corpus; no entity vocabulary, so no entity is looked up
+        processor = SimpleNamespace()
+
+        def answer(self, image_a, image_b, question, modality, entity=None):
+            return ANSWERS[int(question)]
+
+    studies = {
+        "a": SimpleNamespace(image="a.png", modality="chest_xray"),
+        "b": SimpleNamespace(image="b.png", modality="chest_xray"),
+    }
+    rows = [
+        {"study_a": "a", "study_b": "b", "open_question": str(i), "open_answer": r} for i, r in enumerate(REFERENCES)
+    ]
+    result = evaluate_open_ended(Reader(), rows, studies)
+    assert result["bleu_signature"] == scores["bleu_signature"]
+    assert set(result["scores"]) == {"questions", "bleu", "rouge_l", "meteor_no_synonyms", "entity_f1"}
+    assert all(result["scores"][k] == scores[k] for k in ("bleu", "rouge_l", "meteor_no_synonyms"))
+    assert all(isinstance(v, int | float) for v in result["scores"].values())  # tables format every score
+    assert [e["answer"] for e in result["examples"]] == ANSWERS
+
+
+def test_a_finished_runs_text_scores_are_recomputed_from_its_saved_answers(tmp_path):
+    examples = [{"question": "q", "reference": r, "answer": a} for a, r in zip(ANSWERS, REFERENCES)]
+    saved = {"questions": 5, "bleu": 0.9, "rouge_l": 0.9, "meteor": 0.9, "entity_f1": 0.5, "bertscore_f1": 0.7}
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"vqa": {"open_ended": saved, "examples": examples}}))
+    rescored = rescore_open_ended(path)
+    text = text_scores(ANSWERS, REFERENCES)
+    assert rescored["bleu_signature"] == text.pop("bleu_signature")
+    assert rescored["scores"] == {"questions": 5, **text, "entity_f1": 0.5, "bertscore_f1": 0.7}
+    assert rescored["previous"] == saved
+    path.write_text(json.dumps({"vqa": {"open_ended": saved, "examples": examples[:3]}}))
+    with pytest.raises(ValueError, match="3 saved answers for 5 questions"):
+        rescore_open_ended(path)
+
+
+def test_mean_ranking_scores_average_the_per_query_metrics():
+    rankings, relevant = [["x", "r1", "r2"], ["a", "b"]], [["r1", "r2"], ["b"]]
+    scores = mean_ranking_scores(rankings, relevant, ks=(1, 3))
+    assert scores["queries"] == 2 and scores["recall@1"] == 0.0 and scores["recall@3"] == 1.0
+    # query 1: relevant at ranks 2 and 3 (the NDCG case above); query 2: at rank 2 of 1 relevant
+    first = (1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3))
+    assert scores["ndcg@3"] == pytest.approx((first + 1 / math.log2(3)) / 2)
+    with pytest.raises(ValueError):
+        mean_ranking_scores([["a"]], [])
 
 
 def test_retrieval_summary_groups_and_tests():

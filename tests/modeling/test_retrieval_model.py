@@ -230,10 +230,13 @@ def test_learns_entity_conditioned_ranking(ranking_loss):
     generator = torch.Generator().manual_seed(0)
     held_out = toy_triplets(128, generator)
     before = triplet_accuracy(model.eval(), held_out)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    # The triplet hinge stalls at 2e-3 on some seeds and thread counts (seed 1 stays at chance on one
+    # thread and on two; seed 0 on one); at 5e-4 for 200 steps seeds 0-2 reach 1.0 on either.
+    lr, steps = (5e-4, 200) if ranking_loss == "triplet" else (2e-3, 120)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     model.train()
-    for _ in range(120):
+    for _ in range(steps):
         loss = ranking_forward(model, toy_triplets(16, generator)).loss
         optimizer.zero_grad()
         loss.backward()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 from . import data, demo, evaluation, hub, images, inference, info, public_datasets, training
@@ -42,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 def failure_line(error: BaseException) -> str:
     """One line naming the path and the problem, for an expected failure."""
     if isinstance(error, ModuleNotFoundError):
-        extra = {"accelerate": "train", "trl": "train", "peft": "train", "faiss": "index", "matplotlib": "ui"}
+        extra = {
+            **dict.fromkeys(("accelerate", "trl", "peft"), "train"),
+            **{"faiss": "index", "matplotlib": "ui", "markdown_it": "demo", "evaluate": "evaluate"},
+        }
         hint = extra.get((error.name or "").split(".")[0])
         advice = f'pip install "medreco[{hint}]"' if hint else f"pip install {error.name}"
         return f"needs the package {error.name!r} ({advice})"
@@ -78,15 +82,20 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 def _hide_library_progress_bars() -> None:
-    """Hugging Face's own bars ("Loading weights", "Writing model shards") say nothing a user acts
-    on; ours (encoding, training, mining) stay. `-v` shows them all."""
-    import os
+    """transformers' own bars ("Loading weights", "Writing model shards") say nothing a user acts
+    on; ours (encoding, training, mining) and huggingface_hub's (downloads and uploads: a first
+    download of a large model takes minutes) stay. `-v` shows them all."""
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when the libraries are imported
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as transformers_logging
+    # transformers reads the global switch when it is imported (later, in the command) ...
+    with warnings.catch_warnings():  # HF_HUB_DISABLE_PROGRESS_BARS set by the user has the last word
+        warnings.simplefilter("ignore")
+        disable_progress_bars()
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()
+            transformers_logging.disable_progress_bar()
+        enable_progress_bars("huggingface_hub")  # ... and the Hub's own groups turn back on
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,31 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
+def device_arguments(parser: argparse.ArgumentParser, device_map: bool = False) -> None:
+    """--device and --dtype (and, for the VLM, --device-map): where inference runs."""
+    from ..inference.device import DEVICE_HELP, DTYPE_CHOICES
+
+    parser.add_argument("--device", default="auto", help=f"where the models run: {DEVICE_HELP} (default auto)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPE_CHOICES,
+        help="compute precision (default auto: bfloat16 on a GPU that has it, float32 on a CPU)",
+    )
+    if device_map:
+        parser.add_argument(
+            "--device-map",
+            help='spread the VLM over the GPUs with this transformers device map (e.g. "auto"; needs accelerate)',
+        )
+
+
+def inference_device(args: argparse.Namespace):
+    """The `InferenceDevice` of --device/--dtype/--device-map; refuses what this machine lacks."""
+    from ..inference.device import InferenceDevice
+
+    return InferenceDevice(args.device, args.dtype, getattr(args, "device_map", None))
+
+
 def names(text: str) -> tuple[str, ...]:
     """ "a, b" -> ("a", "b")"""
     return tuple(name.strip() for name in text.split(",") if name.strip())

@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from .command import Command
+from .command import Command, device_arguments, inference_device
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", required=True, help="stage-1 output folder or Hub repository")
     parser.add_argument("--mined", required=True)
     parser.add_argument("--reranker")
     parser.add_argument("--split", default="test")
@@ -31,6 +31,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         '"presence_ceiling"',
     )
     parser.add_argument("--out", help="write the per-query results and summary (JSON)")
+    device_arguments(parser)
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -42,10 +43,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     from ..evaluation import ClipBaseline, evaluate_retrieval
     from ..inference import RerankerScorer, RetrievalEncoder
 
-    encoder = RetrievalEncoder.from_pretrained(args.model)
-    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    placement = inference_device(args)
+    encoder = RetrievalEncoder.from_pretrained(args.model, placement)
+    reranker = RerankerScorer.from_pretrained(args.reranker, placement) if args.reranker else None
     data = MinedData(args.mined)
-    clip = {f"clip:{Path(name).name}": ClipBaseline(name, data.studies) for name in args.clip_model}
+    clip = {
+        f"clip:{Path(name).name}": ClipBaseline(name, data.studies, placement=placement) for name in args.clip_model
+    }
     probe = _probe(encoder, data, args) if args.probe else {}  # first: its refusals come before any ranking
     report = evaluate_retrieval(
         encoder, data, args.split, reranker, args.rerank_top, extra_systems=clip, progress=not args.quiet
@@ -97,12 +101,13 @@ def _print_probe(result: dict) -> None:
 
 def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
-    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--model", required=True, help="stage-2 output folder or Hub repository")
     parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
     parser.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
     parser.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
     parser.add_argument("--split", default="test", help="Medical-Diff-VQA split")
     parser.add_argument("--out", help="write the results (JSON)")
+    device_arguments(parser, device_map=True)
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -112,13 +117,22 @@ def _evaluate_public(args: argparse.Namespace) -> int:
     from ..evaluation import run_public_set
 
     result = run_public_set(
-        args.name, args.model, args.data, args.images, args.limit, args.split, progress=not args.quiet
+        args.name,
+        args.model,
+        args.data,
+        args.images,
+        args.limit,
+        args.split,
+        progress=not args.quiet,
+        placement=inference_device(args),
     )
     if args.out:
         write_text_atomically(args.out, json.dumps(result, indent=1))
     if "scores" in result:
         cells = "  ".join(f"{name} {value:.3f}" for name, value in result["scores"].items() if name != "questions")
         print(f"{args.name} (n={result['items']}): {cells}")
+        if "bleu_signature" in result:
+            print(f"BLEU: sacreBLEU {result['bleu_signature']}")
     else:
         low, high = result["ci95"]
         print(f"{args.name} accuracy {result['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] (n={result['questions']})")

@@ -7,11 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from .command import Command
+from .command import Command, device_arguments, inference_device
 
 
 def _index_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="stage-1 output folder (model, tokenizer, image processor)")
+    parser.add_argument(
+        "--model", required=True, help="stage-1 output folder or Hub repository (model, tokenizer, image processor)"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--mined", help="mined folder: index its studies")
     source.add_argument("--manifest", help="CSV/JSONL with image, modality (and study_id)")
@@ -21,6 +23,7 @@ def _index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-every", type=int, default=64, help="studies encoded between commits (a kill loses at most these)"
     )
+    device_arguments(parser)
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -29,11 +32,14 @@ def _index(args: argparse.Namespace) -> int:
     from ..data.mining import MinedData, read_study_manifest
     from ..inference import index_archive
 
+    placement = inference_device(args)
     if args.mined:
         studies = [vars(s) for s in MinedData(args.mined).studies.values() if args.split in (None, s.split)]
     else:
         studies = read_study_manifest(args.manifest, required=("image", "modality"))
-    result = index_archive(args.model, args.out, studies, args.entity or (), not args.quiet, args.commit_every)
+    result = index_archive(
+        args.model, args.out, studies, args.entity or (), not args.quiet, args.commit_every, placement
+    )
     print(json.dumps(result))
     if result["unreadable"]:
         print(
@@ -47,7 +53,7 @@ def _index(args: argparse.Namespace) -> int:
 def _search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
     parser.add_argument("--index", required=True)
-    parser.add_argument("--model", required=True, help="the stage-1 model the index was built with")
+    parser.add_argument("--model", required=True, help="the stage-1 model the index was built with (folder or Hub id)")
     parser.add_argument("--modality", required=True)
     parser.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
     parser.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
@@ -58,14 +64,16 @@ def _search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
     parser.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
     parser.add_argument("--json", action="store_true")
+    device_arguments(parser)
 
 
 def _search(args: argparse.Namespace) -> int:
     """Rank an index for a query study under an entity (or whole-image), optionally reranked."""
     from ..inference import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher
 
-    encoder = RetrievalEncoder.from_pretrained(args.model)
-    reranker = RerankerScorer.from_pretrained(args.reranker) if args.reranker else None
+    placement = inference_device(args)
+    encoder = RetrievalEncoder.from_pretrained(args.model, placement)
+    reranker = RerankerScorer.from_pretrained(args.reranker, placement) if args.reranker else None
     searcher = Searcher(GalleryIndex(args.index, encoder), reranker, args.fusion_weight)
     search = (args.query, args.modality, args.entity, args.top_k, args.rerank_top, args.approximate)
     hits, extras = searcher.search(*search, exclude=set(args.exclude or []))
@@ -85,7 +93,7 @@ def _search(args: argparse.Namespace) -> int:
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("first", help="prior (or query) study")
     parser.add_argument("second", help="current (or reference) study")
-    parser.add_argument("--model", required=True, help="stage-2 output folder")
+    parser.add_argument("--model", required=True, help="stage-2 output folder or Hub repository")
     parser.add_argument("--question", required=True)
     parser.add_argument("--modality", default="chest_xray")
     parser.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
@@ -93,13 +101,14 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--entity",
         help="the finding the question is about, for a VLM with entity tokens (default: the one the question names)",
     )
+    device_arguments(parser, device_map=True)
 
 
 def _compare(args: argparse.Namespace) -> int:
     """The comparative VLM's answer to a question about two studies."""
     from ..inference import ComparativeReader
 
-    reader = ComparativeReader.from_pretrained(args.model)
+    reader = ComparativeReader.from_pretrained(args.model, inference_device(args))
     answer = reader.answer(
         args.first, args.second, args.question, args.modality, tuple(args.labels), entity=args.entity
     )

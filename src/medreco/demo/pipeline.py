@@ -303,7 +303,7 @@ def write_model_cards(metrics: dict, models: Path) -> None:
     }
     for stage, family in (("stage1", "retrieval"), ("reranker", "reranker"), ("stage2", "vlm")):
         folder = models / stage / "final"
-        card = model_card(family, _phases(folder), evaluation[stage], CARD_DATA, CARD_LIMITS)
+        card = model_card(family, _phases(folder), evaluation[stage], CARD_DATA, CARD_LIMITS, folder=folder)
         write_model_card(card, folder)
 
 
@@ -411,6 +411,7 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
             "closed": closed,
             "swap_consistency": swap,
             "open_ended": open_ended["scores"],
+            "bleu_signature": open_ended["bleu_signature"],
             "unavailable_metrics": unavailable,
             "examples": open_ended["examples"],
         },

@@ -1,10 +1,10 @@
-"""The demo's outputs for people: `metrics.json`, `report.md`, `report.html` and figures
-(Recall@k bars for entity vs holistic retrieval, the retrieval montage with attention heat-maps,
-the confusion matrix of change labels). Files are written atomically."""
+"""The demo's outputs for people: `metrics.json`, `report.md`, `report.html` (the Markdown rendered,
+figures embedded) and figures (Recall@k bars for entity vs holistic retrieval, the retrieval montage
+with attention heat-maps, the confusion matrix of change labels). Files are written atomically."""
 
 from __future__ import annotations
 
-import html
+import base64
 import json
 from pathlib import Path
 
@@ -297,7 +297,11 @@ def _open_ended_lines(metrics: dict) -> list[str]:
         "",
         f"Open-ended answers ({scores['questions']} questions): "
         + ", ".join(f"{name} {value:.3f}" for name, value in scores.items() if name != "questions")
-        + ". BERTScore uses the bundled MiniLM (no rescaling); entity F1 compares the clinical facts "
+        + ". BLEU is sacreBLEU's corpus BLEU-4"
+        + (f" ({metrics['vqa']['bleu_signature']})" if metrics["vqa"].get("bleu_signature") else "")
+        + ", ROUGE-L rouge-score's F1 (no stemming), METEOR nltk's without WordNet synonyms (exact and stem "
+        "matches: WordNet is not available offline), all on a 0-1 scale. BERTScore uses the bundled MiniLM "
+        "(no rescaling); entity F1 compares the clinical facts "
         "(entity, status, attributes) our report parser reads from answer and reference."
         + "".join(f" Not computed: {reason}." for reason in metrics["vqa"].get("unavailable_metrics", {}).values()),
         "",
@@ -348,46 +352,33 @@ def _wall_time_and_model_lines(metrics: dict) -> list[str]:
     return lines
 
 
-def html_report(markdown: str) -> str:
-    """A self-contained HTML rendering of the Markdown report (tables, headings, images, text)."""
-    body, table = [], []
+def html_report(markdown: str, figures_root: str | Path | None = None) -> str:
+    """A self-contained HTML page of the Markdown report, rendered by markdown-it-py (CommonMark with
+    GitHub's tables; raw HTML in the text is escaped, not passed through). With `figures_root`, each
+    image the report links to under it is embedded as a PNG data URI, so the page can be mailed or
+    attached alone; images not found there keep their link."""
+    from markdown_it import MarkdownIt
 
-    def flush_table():
-        if not table:
-            return
-        rows = [r for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
-        cells = [[html.escape(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
-        head = "".join(f"<th>{c}</th>" for c in cells[0])
-        rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
-        body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rest}</tbody></table>")
-        table.clear()
-
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush_table()
-        if line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("!["):
-            alt, src = line[2:].split("](", 1)
-            body.append(f'<p><img alt="{html.escape(alt)}" src="{html.escape(src.rstrip(")"))}"></p>')
-        elif line.startswith("- "):
-            body.append(f"<li>{html.escape(line[2:])}</li>")
-        elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
-    flush_table()
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = parser.parse(markdown)
+    if figures_root is not None:
+        root = Path(figures_root)
+        for token in tokens:
+            for child in token.children or []:
+                source = child.attrGet("src") if child.type == "image" else None
+                if source and not source.startswith(("data:", "http:", "https:")) and (root / source).is_file():
+                    encoded = base64.b64encode((root / source).read_bytes()).decode("ascii")
+                    child.attrSet("src", f"data:image/png;base64,{encoded}")
+    body = parser.renderer.render(tokens, parser.options, {})
     style = (
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
         "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
-        "img{max-width:100%}"
+        "img{max-width:100%}code{background:#f6f6f6;padding:0 2px}"
     )
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>MedReCo demo</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+        f"<style>{style}</style></head><body>{body}</body></html>\n"
     )
 
 
@@ -402,7 +393,7 @@ def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
     paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "html": out / "report.html"}
     write_text_atomically(paths["metrics"], json.dumps(metrics, indent=1, default=str))
     write_text_atomically(paths["markdown"], markdown)
-    write_text_atomically(paths["html"], html_report(markdown))
+    write_text_atomically(paths["html"], html_report(markdown, figures_root=out))
     return paths
 
 

@@ -1,7 +1,21 @@
-"""Evaluation: ranking, statistics and text metrics; retrieval, VQA and longitudinal protocols."""
+"""Evaluation: ranking, statistics and text metrics; retrieval, VQA and longitudinal protocols.
+The package's own metrics also load as `evaluate` modules: `medreco.evaluation.hf_metrics`."""
 
 from .answerability import answerability_breakdown
-from .metrics import bleu, exact_match, mcnemar_test, meteor, ndcg_at_k, recall_at_k, rouge_l, wilson_interval
+from .metrics import (
+    bleu,
+    exact_match,
+    mcnemar_test,
+    mean_ranking_scores,
+    meteor,
+    meteor_no_synonyms,
+    ndcg_at_k,
+    recall_at_k,
+    rescore_open_ended,
+    rouge_l,
+    text_scores,
+    wilson_interval,
+)
 from .probe import fit_logistic, linear_probe, presence_ceiling, probe_features, probe_table, rank_auc
 from .public_sets import PUBLIC_SETS, ImageLocator, PublicSetDataError, run_public_set
 from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize_retrieval
@@ -50,10 +64,13 @@ __all__ = [
     "exact_match",
     "inverse_option",
     "mcnemar_test",
+    "mean_ranking_scores",
     "mean_text_score",
     "meteor",
+    "meteor_no_synonyms",
     "ndcg_at_k",
     "recall_at_k",
+    "rescore_open_ended",
     "rouge_l",
     "run_public_set",
     "preload_images",
@@ -63,6 +80,7 @@ __all__ = [
     "swap_consistency",
     "swapped_row",
     "text_only_baseline",
+    "text_scores",
     "wilson_interval",
     "fit_logistic",
     "linear_probe",

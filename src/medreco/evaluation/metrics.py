@@ -1,14 +1,18 @@
 """Metric functions: ranking (Recall@k, NDCG), classification (balanced accuracy), statistics
 (Wilson intervals, McNemar, patient-clustered bootstrap intervals and a clustered paired test), text.
 
-Each is small and checked against hand-computed cases in `tests/evaluation/test_metrics.py`."""
+The ranking, classification and statistics functions are small and checked against hand-computed
+cases in `tests/evaluation/test_metrics.py` (and against SciPy where it is installed). The text
+metrics are the field's standard implementations, called with settings that `docs/evaluation.md`
+explains: sacreBLEU (corpus BLEU, with its signature), Google's rouge-score (ROUGE-L) and nltk's
+METEOR without its WordNet synonym stage (`meteor_no_synonyms`: WordNet cannot be had offline)."""
 
 from __future__ import annotations
 
-import itertools
+import json
 import math
-from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -170,116 +174,161 @@ def _normal_quantile(p: float) -> float:
     )
 
 
-# ---- text metrics (open-ended answers)
+# ---- text metrics (open-ended answers): the standard implementations, so numbers compare with the field's
+# sacreBLEU with its 13a tokeniser and exponential smoothing (its defaults), lower-cased (`-lc`): see `bleu`
+BLEU_SETTINGS = {"tokenize": "13a", "lowercase": True, "smooth_method": "exp"}
+ROUGE_USE_STEMMER = False  # as Hugging Face evaluate's "rouge" and pycocoevalcap's ROUGE-L: no stemming
+TEXT_METRICS = ("bleu", "rouge_l", "meteor_no_synonyms")  # the names `text_scores` reports them under
+
+
 def tokenize(text: str) -> list[str]:
+    """Lower-cased alphanumeric runs (punctuation dropped): the words METEOR and `exact_match` see
+    (rouge-score's own tokeniser splits the same way)."""
     import re
 
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
-def bleu(predictions: Sequence[str], references: Sequence[str], max_order: int = 4, smooth: bool = True) -> float:
-    """Corpus BLEU (Papineni et al.) with brevity penalty; add-one smoothing of higher orders
-    (Lin & Och) so short answers do not score 0 for lacking a 4-gram."""
-    matches, possible = [0] * max_order, [0] * max_order
-    prediction_length = reference_length = 0
-    for prediction, reference in zip(predictions, references, strict=True):
-        p, r = tokenize(prediction), tokenize(reference)
-        prediction_length, reference_length = prediction_length + len(p), reference_length + len(r)
-        for n in range(1, max_order + 1):
-            p_ngrams, r_ngrams = _ngrams(p, n), _ngrams(r, n)
-            matches[n - 1] += sum((p_ngrams & r_ngrams).values())
-            possible[n - 1] += max(0, len(p) - n + 1)
-    if prediction_length == 0:
-        return 0.0
-    precisions = []
-    for n in range(max_order):
-        if smooth and n > 0:
-            precisions.append((matches[n] + 1) / (possible[n] + 1))
-        else:
-            precisions.append(matches[n] / possible[n] if possible[n] else 0.0)
-    if min(precisions) <= 0:
-        return 0.0
-    geometric = math.exp(sum(math.log(p) for p in precisions) / max_order)
-    ratio = prediction_length / max(reference_length, 1)
-    penalty = 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
-    return geometric * penalty
+def bleu(predictions: Sequence[str], references: Sequence[str]) -> dict:
+    """Corpus BLEU-4 by sacreBLEU (Post, 2018), one reference per prediction, on a 0-1 scale (sacreBLEU's
+    score / 100), with its signature: `{"bleu": 0.41, "bleu_signature":
+    "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0"}`.
+
+    The settings (`BLEU_SETTINGS`) are sacreBLEU's defaults but for case: the 13a tokeniser (mteval-v13a,
+    WMT's; punctuation split off, so "effusion." and "effusion ." agree), corpus-level n-gram statistics
+    (a short answer lacking a 4-gram does not zero the score; no effective order) and exponential smoothing
+    of orders with no match. Case is folded (`sacrebleu -lc`, "case:lc") because VQA and report-generation
+    scores are case-insensitive by convention (the COCO caption evaluation, pycocoevalcap, with which the
+    Medical-Diff-VQA authors' code scores, lower-cases), and because the demo's language model writes with a
+    lower-casing word-piece vocabulary: case-sensitive BLEU would score the tokenizer, not the answer, each
+    "Case B" of a reference missing the model's "case b". ROUGE-L and METEOR fold case too. The signature
+    says all of this, and the version, to whoever reproduces the number. An empty corpus scores 0."""
+    from sacrebleu.metrics import BLEU
+
+    pairs = list(zip(predictions, references, strict=True))
+    metric = BLEU(**BLEU_SETTINGS)
+    if not pairs:
+        metric.corpus_score([""], [[""]])  # the signature needs one scoring (it counts the references)
+        return {"bleu": 0.0, "bleu_signature": str(metric.get_signature())}
+    result = metric.corpus_score([p for p, _ in pairs], [[r for _, r in pairs]])
+    return {"bleu": result.score / 100, "bleu_signature": str(metric.get_signature())}
 
 
-def rouge_l(predictions: Sequence[str], references: Sequence[str], beta: float = 1.2) -> float:
-    """Mean sentence-level ROUGE-L F-measure (longest common subsequence; beta as in the ROUGE paper)."""
-    scores = []
-    for prediction, reference in zip(predictions, references, strict=True):
-        p, r = tokenize(prediction), tokenize(reference)
-        lcs = _lcs(p, r)
-        if lcs == 0:
-            scores.append(0.0)
-            continue
-        precision, recall = lcs / len(p), lcs / len(r)
-        scores.append((1 + beta**2) * precision * recall / (recall + beta**2 * precision))
+def rouge_l(predictions: Sequence[str], references: Sequence[str]) -> float:
+    """Mean over the pairs of the sentence-level ROUGE-L F-measure (longest common subsequence; F1, beta 1)
+    by Google's `rouge-score` (its tokeniser: lower case, alphanumeric runs). No stemming
+    (`ROUGE_USE_STEMMER`): the default of Hugging Face evaluate's "rouge" and of pycocoevalcap's ROUGE-L,
+    which VQA and report-generation papers use; METEOR is the text score that credits shared stems."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=ROUGE_USE_STEMMER)
+    scores = [
+        scorer.score(target=r, prediction=p)["rougeL"].fmeasure for p, r in zip(predictions, references, strict=True)
+    ]
     return float(np.mean(scores)) if scores else 0.0
 
 
-def meteor(
-    predictions: Sequence[str], references: Sequence[str], alpha: float = 0.9, beta: float = 3.0, gamma: float = 0.5
-) -> float:
-    """METEOR with exact unigram matching (no stemming or synonyms, which need WordNet data):
-    harmonic mean weighted to recall, times a fragmentation penalty."""
-    scores = []
-    for prediction, reference in zip(predictions, references, strict=True):
-        p, r = tokenize(prediction), tokenize(reference)
-        alignment = _align_unigrams(p, r)
-        matched = len(alignment)
-        if matched == 0:
-            scores.append(0.0)
-            continue
-        precision, recall = matched / len(p), matched / len(r)
-        f_mean = precision * recall / (alpha * precision + (1 - alpha) * recall)
-        chunks = 1 + sum(
-            1 for (i0, j0), (i1, j1) in itertools.pairwise(alignment) if not (i1 == i0 + 1 and j1 == j0 + 1)
-        )
-        penalty = gamma * (chunks / matched) ** beta
-        scores.append(f_mean * (1 - penalty))
+class _NoSynonyms:
+    """A WordNet stand-in with no synsets: nltk's METEOR then matches exact words and Porter stems only."""
+
+    def synsets(self, lemma: str, *args, **kwargs) -> list:
+        return []
+
+
+def meteor(predictions: Sequence[str], references: Sequence[str], wordnet) -> float:
+    """Mean over the pairs of nltk's sentence-level METEOR (`nltk.translate.meteor_score`; Banerjee & Lavie,
+    2005, with nltk's parameters alpha 0.9, beta 3, gamma 0.5): exact, Porter-stem and WordNet-synonym
+    matching stages, a recall-weighted harmonic mean times a fragmentation penalty. `wordnet` is a WordNet
+    reader (`nltk.corpus.wordnet` once `nltk.download("wordnet")` has run: the full METEOR that
+    Hugging Face evaluate's "meteor" computes, up to its tokeniser). Texts are split by `tokenize`."""
+    from nltk.translate.meteor_score import meteor_score
+
+    scores = [
+        meteor_score([tokenize(r)], tokenize(p), wordnet=wordnet) for p, r in zip(predictions, references, strict=True)
+    ]
     return float(np.mean(scores)) if scores else 0.0
+
+
+def meteor_no_synonyms(predictions: Sequence[str], references: Sequence[str]) -> float:
+    """`meteor` without its synonym stage (exact and Porter-stem matches only), reported under this name.
+
+    WordNet, which the synonym stage needs, is data nltk downloads at run time: no package index has it in
+    a form nltk reads (docs/evaluation.md), and these machines have no other network. A full METEOR of the
+    same tokens scores at least as high (the synonym stage only adds matches to the exact and stem ones, and
+    in METEOR's formula an added match never lowers the score), so this is a lower bound of it, not a number
+    to put beside published METEOR."""
+    return meteor(predictions, references, wordnet=_NoSynonyms())
+
+
+def text_scores(predictions: Sequence[str], references: Sequence[str]) -> dict:
+    """BLEU (with its signature), ROUGE-L and METEOR without synonyms of answers against references
+    (`TEXT_METRICS`, plus `bleu_signature`)."""
+    return {
+        **bleu(predictions, references),
+        "rouge_l": rouge_l(predictions, references),
+        "meteor_no_synonyms": meteor_no_synonyms(predictions, references),
+    }
+
+
+def rescore_open_ended(metrics_json: str | Path) -> dict:
+    """The text scores of a finished run's open-ended answers, recomputed from its saved outputs without
+    generating again: `metrics.json` of `medreco demo` keeps every (question, reference, answer) under
+    `vqa.examples`. Returns `{"scores", "bleu_signature", "previous"}` as `evaluate_open_ended` does: the
+    new BLEU, ROUGE-L and METEOR, the other scores (entity F1, BERTScore, ...) as saved, and `previous`,
+    the saved scores as they were."""
+    metrics = json.loads(Path(metrics_json).read_text())
+    previous, examples = metrics["vqa"]["open_ended"], metrics["vqa"]["examples"]
+    if len(examples) != previous["questions"]:
+        raise ValueError(f"{metrics_json}: {len(examples)} saved answers for {previous['questions']} questions")
+    text = text_scores([e["answer"] for e in examples], [e["reference"] for e in examples])
+    signature = text.pop("bleu_signature")
+    others = {k: v for k, v in previous.items() if k not in (*TEXT_METRICS, "meteor", "questions")}
+    return {
+        "scores": {"questions": len(examples), **text, **others},
+        "bleu_signature": signature,
+        "previous": previous,
+    }
 
 
 def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
+    """The share of answers whose words (`tokenize`) equal the reference's."""
     pairs = list(zip(predictions, references, strict=True))
     return float(np.mean([tokenize(p) == tokenize(r) for p, r in pairs])) if pairs else 0.0
 
 
-def _ngrams(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
-def _lcs(a: list[str], b: list[str]) -> int:
-    previous = [0] * (len(b) + 1)
-    for x in a:
-        current = [0]
-        for j, y in enumerate(b):
-            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
-        previous = current
-    return previous[-1]
-
-
-def _align_unigrams(p: list[str], r: list[str]) -> list[tuple[int, int]]:
-    """Greedy in-order exact alignment: each prediction token to the first unused equal reference token."""
-    used, alignment = set(), []
-    for i, token in enumerate(p):
-        for j, other in enumerate(r):
-            if j not in used and other == token:
-                used.add(j)
-                alignment.append((i, j))
-                break
-    return sorted(alignment, key=lambda pair: pair[0])
+def mean_ranking_scores(
+    rankings: Sequence[Sequence[str]], relevant: Sequence[Sequence[str]], ks: Sequence[int] = (1, 3, 5)
+) -> dict:
+    """Recall@k and NDCG@k (`recall_at_k`, `ndcg_at_k`) averaged over queries, for each k of `ks`."""
+    if len(rankings) != len(relevant):
+        raise ValueError(f"{len(rankings)} rankings for {len(relevant)} sets of relevant items")
+    if not rankings:
+        raise ValueError("no queries to score")
+    scores: dict = {"queries": len(rankings)}
+    for k in ks:
+        scores[f"recall@{k}"] = float(np.mean([recall_at_k(r, rel, k) for r, rel in zip(rankings, relevant)]))
+        scores[f"ndcg@{k}"] = float(np.mean([ndcg_at_k(r, rel, k) for r, rel in zip(rankings, relevant)]))
+    return scores
 
 
 __all__ = [
+    "BLEU_SETTINGS",
+    "ROUGE_USE_STEMMER",
+    "TEXT_METRICS",
+    "balanced_accuracy",
     "bleu",
+    "clustered_mean",
+    "clustered_paired_test",
     "exact_match",
     "mcnemar_test",
+    "mean_ranking_scores",
     "meteor",
+    "meteor_no_synonyms",
     "ndcg_at_k",
     "recall_at_k",
+    "rescore_open_ended",
     "rouge_l",
+    "text_scores",
+    "tokenize",
     "wilson_interval",
 ]

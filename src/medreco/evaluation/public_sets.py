@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from ..data.mining.vqa import LETTERS
 from ..data.public_datasets import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
 from ..errors import MedReCoError
+from ..inference.device import InferenceDevice
 from .metrics import balanced_accuracy
 from .text import available_report_metrics
 from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_open_ended, sample_rows
@@ -198,9 +199,11 @@ def run_public_set(
     split: str = "test",
     seed: int = 0,
     progress: bool = True,
+    placement: InferenceDevice | None = None,
 ) -> dict:
-    """Load a saved VLM and run the public set `name` (one of `PUBLIC_SETS`) on at most `limit` items
-    drawn reproducibly. Medical-Diff-VQA uses its `split` and the "difference" questions."""
+    """Load a saved VLM (a folder or Hub repository, on `placement`'s device) and run the public set
+    `name` (one of `PUBLIC_SETS`) on at most `limit` items drawn reproducibly. Medical-Diff-VQA uses
+    its `split` and the "difference" questions."""
     from ..inference import ComparativeReader
 
     if name not in PUBLIC_SETS:
@@ -210,7 +213,7 @@ def run_public_set(
     if not items:
         raise PublicSetDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
     images = ImageLocator(image_root)
-    reader = ComparativeReader.from_pretrained(model_dir)
+    reader = ComparativeReader.from_pretrained(model_dir, placement)
     if name == "mmxu":
         result = evaluate_mmxu(reader.model, reader.processor, items, images, progress)
     elif name == "ms-cxr-t":

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from ..data.mining import MinedData
 from ..data.reports.ontology import entity_prompts
+from ..inference.device import InferenceDevice
 from ..inference.encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
 from .metrics import clustered_mean, clustered_paired_test, mcnemar_test, ndcg_at_k, recall_at_k, wilson_interval
 
@@ -42,11 +43,14 @@ class ClipBaseline:
     model as an 8-bit RGB picture in its own display window (the middle slice of a volume, since
     such models read 2D pictures), embedded once and compared by cosine similarity."""
 
-    def __init__(self, model_name_or_path: str, studies: dict, batch_size: int = 32):
+    def __init__(
+        self, model_name_or_path: str, studies: dict, batch_size: int = 32, placement: InferenceDevice | None = None
+    ):
         from transformers import AutoImageProcessor, AutoModel
 
         self.name = model_name_or_path
-        self.model = AutoModel.from_pretrained(model_name_or_path).eval()
+        self.placement = placement or InferenceDevice()
+        self.model = self.placement.place(AutoModel.from_pretrained(model_name_or_path))
         if not hasattr(self.model, "get_image_features"):
             raise ValueError(f"{model_name_or_path}: not a CLIP-style model (it has no get_image_features)")
         self.image_processor = AutoImageProcessor.from_pretrained(model_name_or_path)
@@ -71,10 +75,12 @@ class ClipBaseline:
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start : start + self.batch_size]
             pictures = [self.picture(self.studies[s].image) for s in batch]
-            inputs = self.image_processor(images=pictures, return_tensors="pt")
-            output = self.model.get_image_features(**inputs)
+            inputs = self.image_processor(images=pictures, return_tensors="pt").to(self.placement.torch_device)
+            with self.placement.autocast():
+                output = self.model.get_image_features(**inputs)
             features = output if isinstance(output, torch.Tensor) else output.pooler_output
-            for study, feature in zip(batch, torch.nn.functional.normalize(features.float(), dim=-1), strict=True):
+            normalized = torch.nn.functional.normalize(features.float(), dim=-1).cpu()
+            for study, feature in zip(batch, normalized, strict=True):
                 self.features[study] = feature
 
     def __call__(self, query: str, gallery: list[str]) -> list[float]:

@@ -38,13 +38,18 @@ from ..data.mining.vqa import (
 from ..data.reports.decomposition import QuestionEntityFinder
 from ..modeling.modeling_vlm import CACHE_NAME
 from ..processing import conversation
-from .metrics import bleu, clustered_paired_test, mcnemar_test, meteor, rouge_l, wilson_interval
+from .metrics import clustered_paired_test, mcnemar_test, text_scores, wilson_interval
 
 CLOSED_SCORING = ("answer", "answer_mean", "letter")  # the first is the headline
 
 
 def _model_inputs(inputs: dict, processor) -> dict:
     return {k: v for k, v in inputs.items() if k in processor.model_input_names}
+
+
+def _on_device(inputs: dict, model) -> dict:
+    """The processor's tensors on the model's (first) device."""
+    return {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 @torch.no_grad()
@@ -73,6 +78,7 @@ def choose_options(
         inputs = processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
         )
+        inputs = _on_device(inputs, model)
         logits = model(**_model_inputs(inputs, processor)).logits[0, -1]
         return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
     # the batch holds every option's answer after the same two images: preprocess each once
@@ -82,6 +88,7 @@ def choose_options(
         for letter in letters
     ]
     inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt")
+    inputs = _on_device(inputs, model)
     logits = _option_logits(model, processor, inputs, len(images))[:, :-1].float()
     targets = inputs["labels"][:, 1:]
     trained = targets != -100
@@ -370,9 +377,12 @@ def evaluate_open_ended(
     report_metrics: Sequence = (),
 ) -> dict:
     """Generate answers to the rows' open questions with a `ComparativeReader` and score them
-    against the reference answers: BLEU-4, ROUGE-L, METEOR, BERTScore F1 (when a scorer is
-    given), entity F1, and each of `report_metrics` by its name (RaTEScore, RadGraph F1: see
-    `available_report_metrics`). Returns the scores and the (question, reference, answer) examples."""
+    against the reference answers (`metrics.text_scores`): sacreBLEU corpus BLEU-4 (`bleu`),
+    rouge-score's ROUGE-L F1 (`rouge_l`), nltk's METEOR without its WordNet synonym stage
+    (`meteor_no_synonyms`), then BERTScore F1 (when a scorer is given), entity F1, and each of
+    `report_metrics` by its name (RaTEScore, RadGraph F1: see `available_report_metrics`).
+    Returns `scores` (numbers only), `bleu_signature` (sacreBLEU's, to report beside the BLEU
+    score) and the (question, reference, answer) `examples`, one per row."""
     from .text import entity_f1, mean_text_score
 
     predictions, references, modalities, examples = [], [], [], []
@@ -394,18 +404,18 @@ def evaluate_open_ended(
                 "answer": answer,
             }
         )
+    text = text_scores(predictions, references)
+    signature = text.pop("bleu_signature")
     scores = {
         "questions": len(rows),
-        "bleu": bleu(predictions, references),
-        "rouge_l": rouge_l(predictions, references),
-        "meteor": meteor(predictions, references),
+        **text,
         "entity_f1": entity_f1(predictions, references, modalities)["f1"],
     }
     if bert_scorer is not None:
         scores["bertscore_f1"] = bert_scorer.score(predictions, references)["f1"]
     for metric in report_metrics:
         scores[metric.name] = mean_text_score(metric, predictions, references)
-    return {"scores": scores, "examples": examples}
+    return {"scores": scores, "bleu_signature": signature, "examples": examples}
 
 
 def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[dict]:

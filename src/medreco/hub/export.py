@@ -32,13 +32,13 @@ def export_for_remote_code(
     processor: ProcessorMixin | BaseImageProcessor | None = None,
     card: ModelCard | None = None,
 ) -> Path:
-    """Save `model`, its `processor` (if any) and a model card (`card`, or a plain one for the
-    model's family) into one folder that loads with `trust_remote_code=True` anywhere."""
+    """Save `model`, its `processor` (if any) and a model card (`card`, or one for the model's
+    family built from the saved folder) into one folder that loads with `trust_remote_code=True` anywhere."""
     directory = Path(directory)
     model.save_pretrained(directory)
     if processor is not None:
         processor.save_pretrained(directory)
-    write_model_card(card or model_card(family_of(model.config)), directory)
+    write_model_card(card or model_card(family_of(model.config), folder=directory), directory)
     return directory
 
 
@@ -59,7 +59,8 @@ def load_processor(folder: str | Path, family: str) -> ProcessorMixin | BaseImag
 
 def export_folder(checkpoint: str | Path, directory: str | Path) -> Path:
     """Re-save a saved model folder (`save_pretrained`, `medreco train`) Hub-ready: the model, the
-    processor saved with it, and its model card (a plain card when it has none)."""
+    processor saved with it, and its model card (without one, a card built from the checkpoint: its
+    processor's recipes and the base models its training recipe names)."""
     checkpoint = Path(checkpoint)
     if not (checkpoint / "config.json").is_file():
         raise ExportError(f"{checkpoint}: not a saved model folder (no config.json)")
@@ -75,7 +76,8 @@ def export_folder(checkpoint: str | Path, directory: str | Path) -> Path:
     except OSError as error:  # missing or unreadable weights, tokenizer, processor files
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ExportError(f"{checkpoint}: cannot load the saved model ({reason})") from None
-    card = ModelCard.load(checkpoint / "README.md") if (checkpoint / "README.md").is_file() else None
+    has_card = (checkpoint / "README.md").is_file()
+    card = ModelCard.load(checkpoint / "README.md") if has_card else model_card(family, folder=checkpoint)
     return export_for_remote_code(model, directory, processor, card)
 
 

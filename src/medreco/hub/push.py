@@ -119,12 +119,14 @@ def _rewrite(path: Path, text: str) -> None:
 
 def _point_the_card_at(folder: Path, repo_id: str) -> None:
     """A medreco card's code loads the repository it is read in: its placeholder name
-    (`medreco-<family>`) becomes `repo_id`; any other `from_pretrained` name is left as written."""
+    (`medreco-<family>`) in `from_pretrained(...)` and `pipeline(..., model=...)` becomes `repo_id`;
+    any other name is left as written."""
     card = folder / "README.md"
     if card.is_file():
         text = card.read_text()
         placeholder = "|".join(f"medreco-{family}" for family in FAMILIES)
-        pointed = re.sub(rf'(\.from_pretrained\()"(?:{placeholder})"', rf'\1"{repo_id}"', text)
+        loader = r'\.from_pretrained\(|\bpipeline\("[\w-]+", model='
+        pointed = re.sub(rf'({loader})"(?:{placeholder})"', rf'\1"{repo_id}"', text)
         if pointed != text:
             _rewrite(card, pointed)
 

@@ -8,13 +8,16 @@ from pathlib import Path
 import torch
 
 from ..data.reports.decomposition import QuestionEntityFinder
+from ..hub.download import model_folder
 from ..processing import conversation
+from .device import InferenceDevice
 
 logger = logging.getLogger(__name__)
 
 
 class ComparativeReader:
-    """Loads a saved MedReCo VLM with its processor; `answer(a, b, question)` returns text.
+    """Loads a saved MedReCo VLM (a folder or Hub repository) with its processor, on `placement`'s
+    device in its precision (or spread by its device map); `answer(a, b, question)` returns text.
 
     Example:
     ```python
@@ -23,19 +26,25 @@ class ComparativeReader:
     ...               labels=("Prior", "Current"))
     ```"""
 
-    def __init__(self, model, processor):
+    def __init__(self, model, processor, placement: InferenceDevice | None = None):
+        """`model` moves to `placement`'s device, unless a device map has spread it (`hf_device_map`)."""
+        self.placement = placement or InferenceDevice()
+        if getattr(model, "hf_device_map", None) is None:
+            model = model.to(self.placement.torch_device)
         self.model = model.eval()
         self.processor = processor
         self.entity_finder = QuestionEntityFinder() if getattr(processor, "entity_vocabulary", None) else None
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> ComparativeReader:
+    def from_pretrained(cls, name_or_path: str | Path, placement: InferenceDevice | None = None) -> ComparativeReader:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        folder = Path(folder)
+        placement = placement or InferenceDevice()
+        folder = model_folder(name_or_path)
         if not (folder / "config.json").exists():
             raise FileNotFoundError(f"{folder}: not a saved MedReCo VLM (no config.json)")
-        return cls(AutoModelForImageTextToText.from_pretrained(folder), AutoProcessor.from_pretrained(folder))
+        model = AutoModelForImageTextToText.from_pretrained(folder, **placement.vlm_loading())
+        return cls(model, AutoProcessor.from_pretrained(folder), placement)
 
     @torch.no_grad()
     def answer(
@@ -64,20 +73,21 @@ class ComparativeReader:
             return_tensors="pt",
             image_labels=list(labels),
         )
-        inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
+        inputs = {k: v.to(self.model.device) for k, v in inputs.items() if k in self.processor.model_input_names}
         tokenizer = self.processor.tokenizer
         end_of_turn = self.processor.end_of_turn_id  # answers end their turn
         # An answer is text: at least one token before the turn ends, and never a special token
         # (image placeholders, entity tokens, padding), which decoding would drop silently.
         never = sorted(set(tokenizer.all_special_ids) - {end_of_turn})
-        generated = self.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=1,
-            suppress_tokens=never or None,
-            do_sample=False,
-            eos_token_id=end_of_turn,
-        )
+        with self.placement.autocast():
+            generated = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=1,
+                suppress_tokens=never or None,
+                do_sample=False,
+                eos_token_id=end_of_turn,
+            )
         new_tokens = generated[0, inputs["input_ids"].shape[1] :]
         answer = self.processor.decode(new_tokens, skip_special_tokens=True).strip()
         if not answer:

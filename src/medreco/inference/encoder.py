@@ -16,8 +16,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
+from ..hub.download import model_folder
 from ..modeling import MedReCoModel, MedReCoReranker, select_top_tokens
 from ..processing import MedReCoImageProcessor
+from .device import InferenceDevice
 
 logger = logging.getLogger(__name__)
 
@@ -32,22 +34,32 @@ class EncodedStudies:
 
 
 class RetrievalEncoder:
-    """A trained retrieval model with its tokenizer and image processor (a stage-1 output folder)."""
+    """A trained retrieval model with its tokenizer and image processor (a stage-1 output folder
+    or Hub repository), on `placement`'s device (float32 weights, its precision under autocast)."""
 
-    def __init__(self, model: MedReCoModel, tokenizer, image_processor: MedReCoImageProcessor):
-        self.model = model.eval()
+    def __init__(
+        self,
+        model: MedReCoModel,
+        tokenizer,
+        image_processor: MedReCoImageProcessor,
+        placement: InferenceDevice | None = None,
+    ):
+        self.placement = placement or InferenceDevice()
+        self.model = self.placement.place(model)
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self._entity_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, **processor_kwargs) -> RetrievalEncoder:
-        folder = Path(folder)
+    def from_pretrained(
+        cls, name_or_path: str | Path, placement: InferenceDevice | None = None, **processor_kwargs
+    ) -> RetrievalEncoder:
+        folder = model_folder(name_or_path)
         if not (folder / "config.json").exists():
             raise FileNotFoundError(f"{folder}: not a saved retrieval model (no config.json)")
         model = MedReCoModel.from_pretrained(folder)
         image_processor = MedReCoImageProcessor.from_pretrained(folder, **processor_kwargs)
-        return cls(model, AutoTokenizer.from_pretrained(folder), image_processor)
+        return cls(model, AutoTokenizer.from_pretrained(folder), image_processor, placement)
 
     @property
     def device(self) -> torch.device:
@@ -56,8 +68,10 @@ class RetrievalEncoder:
     @torch.no_grad()
     def encode_pixels(self, pixel_values: torch.Tensor, modality_ids: torch.Tensor) -> torch.Tensor:
         """Conditioning tokens `(B, N, d)` of a batch of model-ready images."""
-        output = self.model.get_image_tokens(pixel_values.to(self.device), modality_ids.to(self.device))
-        return self.model.conditioning_tokens(output).float().cpu()
+        with self.placement.autocast():
+            output = self.model.get_image_tokens(pixel_values.to(self.device), modality_ids.to(self.device))
+            tokens = self.model.conditioning_tokens(output)
+        return tokens.float().cpu()
 
     def encode_images(
         self,
@@ -107,7 +121,9 @@ class RetrievalEncoder:
         if entity is None or not str(entity).strip():
             return None
         if entity not in self._entity_cache:
-            self._entity_cache[entity] = self.model.encode_entity_texts([entity], self.tokenizer).float().cpu()
+            with self.placement.autocast():
+                embedding = self.model.encode_entity_texts([entity], self.tokenizer)
+            self._entity_cache[entity] = embedding.float().cpu()
         return self._entity_cache[entity]
 
     @torch.no_grad()
@@ -121,7 +137,8 @@ class RetrievalEncoder:
             chunk = tokens[start : start + batch_size].to(self.device)
             ids = modality_ids[start : start + batch_size].to(self.device)
             entity_rows = None if embedding is None else embedding.to(self.device).expand(chunk.shape[0], -1)
-            output = self.model.condition(chunk, ids, entity_rows)
+            with self.placement.autocast():
+                output = self.model.condition(chunk, ids, entity_rows)
             features.append(output.features.float().cpu())
             attention.append(output.attention.float().cpu())
         return torch.cat(features), torch.cat(attention)
@@ -130,12 +147,13 @@ class RetrievalEncoder:
 class RerankerScorer:
     """Scores (query, candidate) pairs with the reranker from conditioned features and top tokens."""
 
-    def __init__(self, reranker: MedReCoReranker):
-        self.reranker = reranker.eval()
+    def __init__(self, reranker: MedReCoReranker, placement: InferenceDevice | None = None):
+        self.placement = placement or InferenceDevice()
+        self.reranker = self.placement.place(reranker)
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> RerankerScorer:
-        return cls(MedReCoReranker.from_pretrained(folder))
+    def from_pretrained(cls, name_or_path: str | Path, placement: InferenceDevice | None = None) -> RerankerScorer:
+        return cls(MedReCoReranker.from_pretrained(model_folder(name_or_path)), placement)
 
     @staticmethod
     def pair_inputs(
@@ -161,7 +179,8 @@ class RerankerScorer:
     def score(self, inputs: dict[str, torch.Tensor], modality_ids: torch.Tensor) -> torch.Tensor:
         """Relevance probabilities `(C,)` in [0, 1]."""
         device = self.reranker.classifier.weight.device
-        output = self.reranker(**{k: v.to(device) for k, v in inputs.items()}, modality_ids=modality_ids.to(device))
+        with self.placement.autocast():
+            output = self.reranker(**{k: v.to(device) for k, v in inputs.items()}, modality_ids=modality_ids.to(device))
         return output.probabilities.float().cpu()
 
 

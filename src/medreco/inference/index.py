@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_path, remove_atomically, remove_stale_temporaries, write_text_atomically
 from ..errors import MedicalImageError, MedReCoError
+from .device import InferenceDevice
 from .encoder import RetrievalEncoder
 
 logger = logging.getLogger(__name__)
@@ -388,14 +389,16 @@ def index_archive(
     entities: Sequence[str] = (),
     progress: bool = True,
     commit_every: int = 64,
+    placement: InferenceDevice | None = None,
 ) -> dict:
     """Encode `studies` (rows with `image`, `modality` and optionally `study_id`; the file name
-    otherwise) with the stage-1 model saved in `model` into the index at `out`, resuming an
-    interrupted run (committed every `commit_every` studies), and precompute the whole-image features
-    and those of `entities`. Unreadable images are skipped and listed under "unreadable"."""
+    otherwise) with the stage-1 model saved in `model` (a folder or Hub repository) into the index at
+    `out` on `placement`'s device, resuming an interrupted run (committed every `commit_every`
+    studies), and precompute the whole-image features and those of `entities`. Unreadable images are
+    skipped and listed under "unreadable"."""
     if not studies:
         raise GalleryIndexError("no studies to index (check the split or the manifest)")
-    index = GalleryIndex(out, RetrievalEncoder.from_pretrained(model))
+    index = GalleryIndex(out, RetrievalEncoder.from_pretrained(model, placement))
     ids = [row.get("study_id") or Path(row["image"]).stem for row in studies]
     added = index.add(
         ids,

@@ -386,7 +386,7 @@ class MedReCoForConditionalGeneration(MedReCoVLMPreTrainedModel, GenerationMixin
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             entity_ids=entity_ids,
-            **cache_argument(past_key_values, kwargs),
+            past_key_values=past_key_values,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

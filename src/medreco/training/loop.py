@@ -385,18 +385,16 @@ def _save_with_extras(model, folder: Path, extra_files) -> None:
         extra_files(folder)
 
 
-def write_run_record(
-    folder: Path, config, summaries: dict, family: str, base_model: str | list[str] | None = None
-) -> None:
+def write_run_record(folder: Path, config, summaries: dict, family: str) -> None:
     """What every final folder holds beside the weights: the recipe it was trained with
     (`training_config.json`), the phases' summaries (`summary.json`) and a Hub model card
-    (`README.md`) built from them alone."""
+    (`README.md`) built from them and the folder (its processor's recipes, the recipe's base models)."""
     from ..hub import model_card, write_model_card
     from .config import to_dict
 
     (folder / "training_config.json").write_text(json.dumps(to_dict(config), indent=2))
     (folder / "summary.json").write_text(json.dumps(summaries, indent=2))
-    write_model_card(model_card(family, phase_summaries(summaries), base_model=base_model), folder)
+    write_model_card(model_card(family, phase_summaries(summaries), folder=folder), folder)
 
 
 def phase_summaries(summary: dict) -> dict:

@@ -27,7 +27,7 @@ from transformers import AutoTokenizer, set_seed
 from ..data.mining import MinedData
 from ..data.mining.similarity import statement_key
 from ..data.reports.ontology import entity_prompts
-from ..factory import create_model, hub_model_id, resolve_text_encoder
+from ..factory import create_model, resolve_text_encoder
 from ..modeling import CandidateBatch, MedReCoModel, StatementBatch, TextBatch
 from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .config import DataConfig, ModelSource, Stage1Config
@@ -360,7 +360,7 @@ class Stage1Trainer:
     def _save_companions(self, summaries: dict):
         def write(folder: Path) -> None:
             MedReCoRetrievalProcessor(self.image_processor, self.tokenizer).save_pretrained(folder)
-            write_run_record(folder, self.config, summaries, "retrieval", hub_model_id(self.config.text_encoder))
+            write_run_record(folder, self.config, summaries, "retrieval")
 
         return write
 

@@ -29,7 +29,7 @@ from ..data.mining.swap import swapped_row
 from ..data.mining.vqa import closed_answer, closed_prompt, longitudinal_questions
 from ..data.reports.ontology import Ontology, entity_prompts
 from ..errors import TrainingDataError
-from ..factory import create_model, hub_model_id, preset_fields, resolve_text_encoder
+from ..factory import create_model, preset_fields, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config
@@ -582,7 +582,7 @@ class Stage2Trainer:
         def write(temporary: Path) -> None:
             model.save_pretrained(temporary)
             self.processor.save_pretrained(temporary)
-            write_run_record(temporary, config, summary, "vlm", hub_model_id(config.language_model))
+            write_run_record(temporary, config, summary, "vlm")
 
         save_folder_atomically(folder, write)
 
