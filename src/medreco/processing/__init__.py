@@ -16,6 +16,7 @@ from .readers import (
     load_image,
     read_dicom_file,
     read_dicom_series,
+    read_in_memory,
     read_nifti,
     read_raster,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "load_image",
     "read_dicom_file",
     "read_dicom_series",
+    "read_in_memory",
     "read_nifti",
     "read_raster",
     "to_canonical",

@@ -1,4 +1,5 @@
-"""`MedReCoImageProcessor`: paths, arrays or loaded images in; `pixel_values` and `modality_ids` out.
+"""`MedReCoImageProcessor`: paths, arrays, images already in memory (pydicom, nibabel, MONAI) or loaded
+images in; `pixel_values` and `modality_ids` out.
 
 Follows the Hugging Face image-processor conventions (saved as `preprocessor_config.json`,
 loadable with `AutoImageProcessor`), but speaks medical images: it reads DICOM/NIfTI/PNG through
@@ -25,7 +26,7 @@ from ..modeling.configuration_vision import DEFAULT_MODALITIES
 from .cache import DigestMemo, TensorCache
 from .geometry import ImageGeometry, MedicalImage
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image
-from .readers import ReaderOptions, from_pil_image, load_image
+from .readers import InMemoryImage, ReaderOptions, from_pil_image, is_in_memory_image, load_image, read_in_memory
 from .remote_code import AutoEntry, save_with_code
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class PreprocessedImage:
     settings: str
 
 
-ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage | PreprocessedImage  # or a PIL image
+# or a PIL image, or a MONAI MetaTensor (a torch.Tensor)
+ImageLike = str | Path | np.ndarray | torch.Tensor | MedicalImage | PreprocessedImage | InMemoryImage
 
 
 class MedReCoImageProcessorKwargs(TypedDict, total=False):
@@ -143,9 +145,11 @@ class MedReCoImageProcessor(BaseImageProcessor):
             return None
         return TensorCache(Path(self.tensor_cache_dir).expanduser(), getattr(torch, self.cache_dtype))
 
-    def load(self, path: str | Path) -> MedicalImage:
-        """Read a file or series with this processor's reader options, logging the reader's notes."""
-        loaded = load_image(path, self.reader_options)
+    def load(self, image: str | Path | InMemoryImage) -> MedicalImage:
+        """Read a file or series, or an image already in memory (a pydicom Dataset or the Datasets of one
+        series, a nibabel image, a MONAI MetaTensor), with this processor's reader options, logging the
+        reader's notes."""
+        loaded = _read(image, self.reader_options)
         for note in loaded.warnings:
             logger.info("%s: %s", loaded.source, note)
         return loaded
@@ -180,12 +184,15 @@ class MedReCoImageProcessor(BaseImageProcessor):
             return tensor
         if isinstance(image, MedicalImage):
             return preprocess_image(image, recipe, modality, self.pad_value)
+        if is_in_memory_image(image):  # before arrays: a MetaTensor is a torch.Tensor
+            return preprocess_image(self.load(image), recipe, modality, self.pad_value)
         if is_pil_image(image):
             return preprocess_image(from_pil_image(image, self.reader_options), recipe, modality, self.pad_value)
         if not isinstance(image, (np.ndarray, torch.Tensor)):
             raise TypeError(
                 f"cannot read a {type(image).__name__} as an image: give a path (DICOM file or series folder, "
-                "NIfTI, PNG, JPEG), a PIL image, an array or a MedicalImage"
+                "NIfTI, PNG, JPEG), a pydicom Dataset, a nibabel image, a MONAI MetaTensor, a PIL image, an array "
+                "or a MedicalImage"
             )
         return preprocess_image(self.array_to_image(image, spacing), recipe, modality, self.pad_value)
 
@@ -213,12 +220,13 @@ class MedReCoImageProcessor(BaseImageProcessor):
         **kwargs,
     ) -> BatchFeature:
         """Preprocess one image, a list, or a list of tuples (prior/current or query/candidate pairs,
-        flattened in order). `modalities` is one name for all, or one per image (or per tuple).
+        flattened in order). `modalities` is one name for all, or one per image (or per tuple). A list of
+        pydicom Datasets is a list of images: read the Datasets of one series with `load` first.
         Returns `pixel_values` `(N, 1, D, H, W)`, `modality_ids` `(N,)`, `depth` `(N,)` (1 for 2D
         images) and `images_per_sample`."""
-        if isinstance(images, (str, Path, np.ndarray, torch.Tensor, MedicalImage, PreprocessedImage)) or is_pil_image(
-            images
-        ):
+        single = (str, Path, np.ndarray, torch.Tensor, MedicalImage, PreprocessedImage)
+        listed = isinstance(images, (list, tuple))  # a list of Datasets: one image each
+        if isinstance(images, single) or is_pil_image(images) or (is_in_memory_image(images) and not listed):
             images = [images]
         samples = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in images]
         if isinstance(modalities, str):
@@ -244,6 +252,11 @@ class MedReCoImageProcessor(BaseImageProcessor):
         return BatchFeature(data=data, tensor_type=return_tensors)
 
 
+def _read(image: str | Path | InMemoryImage, options: ReaderOptions) -> MedicalImage:
+    """A path by `load_image`, an image already in memory by `read_in_memory`."""
+    return read_in_memory(image, options) if is_in_memory_image(image) else load_image(image, options)
+
+
 def write_model_input(
     image: ImageLike, modality: str, out: str | Path, options: ReaderOptions | None = None
 ) -> torch.Tensor:
@@ -251,7 +264,7 @@ def write_model_input(
     (key `pixel_values`, the modality in the metadata), written atomically; returns the tensor."""
     processor = MedReCoImageProcessor()
     if not isinstance(image, MedicalImage):
-        image = load_image(image, options or ReaderOptions())
+        image = _read(image, options or ReaderOptions())
     tensor = processor.preprocess_one(image, modality)
     metadata = {"modality": modality, "modality_id": str(processor.modality_id(modality))}
     with atomic_path(out) as temporary:

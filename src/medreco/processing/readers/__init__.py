@@ -3,7 +3,8 @@ orientation.
 
 One module per format, each an `ImageReader` (`base`): `verify_suffix(path)` says whether it takes a
 path, `read(path)` parses and checks the file, `get_data(raw)` decodes it. `load_image` is the one
-dispatcher: the first reader of `READERS` that accepts the path reads it.
+dispatcher: the first reader of `READERS` that accepts the path reads it. `read_in_memory` (`in_memory`)
+reads what pydicom, nibabel or MONAI already loaded with the same readers.
 
 Every failure raises a `MedicalImageError` subclass naming the file; nothing returns a blank
 image. No identifying DICOM value is copied into the result or into an error message.
@@ -45,6 +46,7 @@ from .dicom_dataset import (
 )
 from .dicom_pixels import PIXEL_DATA_KEYWORDS
 from .dicom_series import DicomSeriesReader, list_dicom_series, read_dicom_series
+from .in_memory import InMemoryImage, is_in_memory_image, read_in_memory
 from .nifti import NIFTI_SUFFIXES, NiftiReader, VolumeHeader, read_nifti
 from .raster import RASTER_SUFFIXES, RasterReader, from_pil_image, read_raster
 from .volume_file import (
@@ -105,6 +107,7 @@ __all__ = [
     "DicomFileReader",
     "DicomSeriesReader",
     "ImageReader",
+    "InMemoryImage",
     "NiftiReader",
     "RasterReader",
     "ReaderOptions",
@@ -113,11 +116,13 @@ __all__ = [
     "assemble_volume",
     "finish_image",
     "from_pil_image",
+    "is_in_memory_image",
     "list_dicom_series",
     "load_image",
     "read_dicom_dataset",
     "read_dicom_file",
     "read_dicom_series",
+    "read_in_memory",
     "read_nifti",
     "read_raster",
     "read_volume_file",
