@@ -351,3 +351,21 @@ def test_remembered_image_features_train_the_same_model(stage1_run, toy, tmp_pat
         torch.testing.assert_close(remembered_weights[name], weight, rtol=1e-4, atol=1e-5)
     with pytest.raises(RecipeError, match="frozen vision tower"):
         load_recipe("tiny", "stage2", ["remember_image_features=true", "freeze_vision_tower=false"])
+
+
+def test_loader_workers_train_the_same_stage2(stage1_run, toy, tmp_path):
+    """`run.loader_workers` moves the collator into worker processes; the batches, hence the losses
+    and the trained weights, are those of collating in the training process."""
+    _, stage1_out, _, _ = stage1_run
+    runs = {}
+    for workers in (0, 2):
+        out = tmp_path / str(workers)
+        config = stage2_config(
+            toy, stage1_out / "final", out, "optimization.max_steps=3", f"run.loader_workers={workers}"
+        )
+        runs[workers] = (Stage2Trainer(config).train()["stage2"], load_file(out / "final" / "model.safetensors"))
+    (here, here_weights), (there, there_weights) = runs[0], runs[2]
+    assert there["steps"] == here["steps"] == 3
+    assert there["last_loss"] == pytest.approx(here["last_loss"], rel=1e-5)
+    for name, weight in here_weights.items():
+        torch.testing.assert_close(there_weights[name], weight, rtol=1e-5, atol=1e-6)

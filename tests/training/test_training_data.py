@@ -96,3 +96,37 @@ def test_study_relevance_is_whole_report_agreement_by_hand():
     patient_of = {"q": "P1", "a": "P2", "b": "P3", "c": "P4", "d": "P1", "e": "P5"}
     # b: 1 of 2 (unknown); d: the anchor's own patient (left out); e: never judged (unknown)
     assert study_relevance(rows, ["a", "b", "c", "d", "e"], agreement, patient_of).tolist() == [[1, -1, 0, -1, -1]]
+
+
+def _same(a, b) -> bool:
+    """Batches compared through dicts, sequences and the typed input groups (dataclasses)."""
+    import dataclasses
+
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and _same(vars(a), vars(b))
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_loader_workers_give_the_main_process_batches_in_its_order(stage1_run):
+    import torch
+
+    from medreco.training.loop import phase_batches
+
+    trainer = stage1_run[0]
+    for phase in (trainer.alignment_phase(), trainer.ranking_phase()):
+        sampler = ModalityBatchSampler(phase.modalities, phase.batch_size_for, seed=3)
+        batches = {}
+        for workers in (0, 2):
+            sampler.set_epoch(1, start=1)  # a resumed epoch: its first batch skipped
+            batches[workers] = list(phase_batches(phase, sampler, workers, torch.device("cpu")))
+        assert len(batches[0]) == len(sampler.epoch_batches(1)) - 1 > 0
+        assert len(batches[2]) == len(batches[0])
+        assert all(_same(a, b) for a, b in zip(batches[0], batches[2])), phase.name

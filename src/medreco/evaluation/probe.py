@@ -346,7 +346,7 @@ def presence_ceiling(probe_result: dict, rows: Sequence[dict], train_rows: Seque
     patients, patient-clustered comparisons against the ceiling, accuracies per entity, and counts of
     the presence rows left out. The probabilities are the probe's posteriors used as likelihoods, so
     the training base rate counts in both factors (as in the spec of this ceiling)."""
-    answerer = TextOnlyAnswerer().fit([SimpleNamespace(**row) for row in train_rows])
+    answerer = TextOnlyAnswerer().fit(SimpleNamespace(**row) for row in train_rows)  # one pass, rows unkept
     entities = probe_result["entities"]
     covered, ceiling, text, probe_only, chosen = [], [], [], [], []
     left_out = {"no probe": 0, "no probability": 0, "other options": 0}

@@ -225,7 +225,7 @@ def baseline_hits(name: str, train_rows: Sequence[dict], rows: Sequence[dict]) -
     wording and options, the language prior the VLM must beat) or `majority` (the most often right
     option wording). Fit them on the training split as it was before the language-prior filter
     (mined `vqa` + `vqa_removed` rows), never on the questions the filter left."""
-    answerer = BASELINES[name]().fit([SimpleNamespace(**row) for row in train_rows])
+    answerer = BASELINES[name]().fit(SimpleNamespace(**row) for row in train_rows)  # one pass, rows unkept
     return [answerer.predict(row["question"], row["options"]) == row["answer"] for row in rows]
 
 
@@ -419,10 +419,11 @@ def evaluate_open_ended(
 
 
 def sample_rows(rows: Sequence[dict], limit: int | None, seed: int = 0) -> list[dict]:
-    """At most `limit` rows, drawn reproducibly (all of them when `limit` is None)."""
-    rows = list(rows)
+    """At most `limit` rows, drawn reproducibly (all of them when `limit` is None); only the drawn
+    rows of a sequence are read (a view of a mined table stays unread)."""
+    rows = rows if isinstance(rows, Sequence) else list(rows)
     if limit is None or len(rows) <= limit:
-        return rows
+        return list(rows)
     return random.Random(seed).sample(rows, limit)
 
 

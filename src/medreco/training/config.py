@@ -67,6 +67,9 @@ class RunConfig:
     progress: bool = True
     resume: bool = True
     deepspeed_config: str | None = None  # a DeepSpeed JSON file, or a packaged one: zero2, zero3, zero3_offload
+    # Processes that collate batches beside training (torch DataLoader workers; 0: in the training process).
+    # The batches are the sampler's, the same with any count; pinned memory when training on a GPU.
+    loader_workers: int = 0
 
 
 @dataclass

@@ -13,9 +13,10 @@ import importlib.util
 import json
 import logging
 import math
+import multiprocessing
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -140,6 +141,39 @@ class Phase:
     loss: Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
 
 
+class _Items(torch.utils.data.Dataset):
+    """A phase's items as a map-style dataset, for a DataLoader driven by the phase's batch sampler."""
+
+    def __init__(self, items: Sequence[Any]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+
+def phase_batches(phase: Phase, sampler: ModalityBatchSampler, workers: int, device: torch.device) -> Iterable[dict]:
+    """The collated batches of the sampler's (current) epoch: in this process with `workers` 0, else
+    by a DataLoader with that many worker processes (forked, so a phase's collate closure needs no
+    pickling; prefetching two batches each, in pinned memory for a GPU). Same batches, in the same
+    order, either way; the collate functions draw no random numbers."""
+    if workers <= 0:
+        return (phase.collate([phase.items[i] for i in indices]) for indices in sampler)
+    if "fork" not in multiprocessing.get_all_start_methods():
+        logger.warning("loader_workers=%d needs the fork start method, which this platform lacks", workers)
+        return phase_batches(phase, sampler, 0, device)
+    return torch.utils.data.DataLoader(
+        _Items(phase.items),
+        batch_sampler=sampler,
+        collate_fn=phase.collate,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        multiprocessing_context="fork",
+    )
+
+
 def total_steps(optimization: OptimizationConfig, steps_per_epoch: int) -> int:
     if optimization.max_steps:
         return int(optimization.max_steps)
@@ -171,8 +205,8 @@ def train_phase(
     prepared.model.train()
     while state.step < steps:
         prepared.sampler.set_epoch(state.epoch, state.step_in_epoch)
-        for indices in prepared.sampler:
-            batch = send_to_device(phase.collate([phase.items[i] for i in indices]), accelerator.device)
+        for batch in phase_batches(phase, prepared.sampler, run.loader_workers, accelerator.device):
+            batch = send_to_device(batch, accelerator.device)
             losses.add(prepared.micro_step(phase, optimization, batch, state.step))
             state.step_in_epoch += 1
             if not accelerator.sync_gradients:
@@ -490,6 +524,7 @@ __all__ = [
     "cpu_supports_bf16",
     "make_accelerator",
     "parameter_groups",
+    "phase_batches",
     "resolve_mixed_precision",
     "total_steps",
     "train_phase",

@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -56,9 +57,9 @@ MINED_TOKENIZER = "mined"  # Stage2Config.tokenizer: learn a vocabulary from the
 
 def closed_rows(
     data: MinedData, split: str, include_longitudinal: bool = True, longitudinal_repeats: int = 1
-) -> list[dict]:
-    """The split's VQA rows, then (optionally) its longitudinal follow-up questions in the same columns,
-    each `longitudinal_repeats` times."""
+) -> Sequence[dict]:
+    """The split's VQA rows (a view of the mined table), then (optionally) its longitudinal follow-up
+    questions in the same columns, each `longitudinal_repeats` times."""
     rows = data.rows("vqa", split)
     if include_longitudinal:
         rows = rows + longitudinal_questions(data.rows("longitudinal", split), Ontology.load()) * longitudinal_repeats
@@ -471,6 +472,8 @@ class Stage2Trainer:
             assistant_only_loss=True,
             remove_unused_columns=False,
             dataloader_drop_last=True,
+            dataloader_num_workers=run.loader_workers,  # the collator in worker processes, same batches
+            dataloader_pin_memory=torch.cuda.is_available(),
             disable_tqdm=not run.progress,
             deepspeed=self.deepspeed_config(),
         )

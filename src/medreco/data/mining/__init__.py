@@ -3,7 +3,7 @@ comparative questions and patient-level splits (`pipeline.mine` writes the table
 reads them back, `sharing.push_mined_dataset` shares them on the Hub, pseudonymised)."""
 
 from .decomposers import LLMSettings
-from .mined import MINED_TABLES, MinedData, Study
+from .mined import MINED_TABLES, ChainedRows, MinedData, MinedRows, Study
 from .pipeline import (
     ManifestError,
     MiningConfig,
@@ -19,10 +19,12 @@ from .shards import Shard, ShardError, merge_shards, mine_shard
 from .sharing import SHARED_COLUMNS, SharedDataset, push_mined_dataset, shareable_tables
 
 __all__ = [
+    "ChainedRows",
     "LLMSettings",
     "MINED_TABLES",
     "ManifestError",
     "MinedData",
+    "MinedRows",
     "MiningConfig",
     "MiningWorkerError",
     "SHARED_COLUMNS",
