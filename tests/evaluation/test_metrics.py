@@ -181,7 +181,7 @@ def test_text_scores_and_open_ended_evaluation_report_the_signature_beside_numbe
     assert [e["answer"] for e in result["examples"]] == ANSWERS
 
 
-def test_a_finished_runs_text_scores_are_recomputed_from_its_saved_answers(tmp_path):
+def test_a_finished_runs_text_scores_are_recomputed_from_its_saved_answers(tmp_path, capsys):
     examples = [{"question": "q", "reference": r, "answer": a} for a, r in zip(ANSWERS, REFERENCES)]
     saved = {"questions": 5, "bleu": 0.9, "rouge_l": 0.9, "meteor": 0.9, "entity_f1": 0.5, "bertscore_f1": 0.7}
     path = tmp_path / "metrics.json"
@@ -191,6 +191,14 @@ def test_a_finished_runs_text_scores_are_recomputed_from_its_saved_answers(tmp_p
     assert rescored["bleu_signature"] == text.pop("bleu_signature")
     assert rescored["scores"] == {"questions": 5, **text, "entity_f1": 0.5, "bertscore_f1": 0.7}
     assert rescored["previous"] == saved
+    from medreco.cli import main
+
+    assert main(["rescore", str(path), "--out", str(tmp_path / "rescored.json")]) == 0
+    assert json.loads((tmp_path / "rescored.json").read_text()) == rescored
+    assert f"BLEU: sacreBLEU {rescored['bleu_signature']}" in capsys.readouterr().out
+    (tmp_path / "other.json").write_text(json.dumps({"retrieval": {}}))
+    with pytest.raises(ValueError, match=r"other\.json: not the metrics\.json of a finished run"):
+        rescore_open_ended(tmp_path / "other.json")
     path.write_text(json.dumps({"vqa": {"open_ended": saved, "examples": examples[:3]}}))
     with pytest.raises(ValueError, match="3 saved answers for 5 questions"):
         rescore_open_ended(path)

@@ -270,3 +270,9 @@ def test_pushing_points_the_cards_pipeline_at_the_repository(hub_ready, tmp_path
     text = (tmp_path / "README.md").read_text()
     assert 'pipeline("image-text-to-text", model="lab/vlm"' in text and 'from_pretrained("lab/vlm"' in text
     assert '"medreco-vlm"' not in text
+
+
+def test_a_damaged_training_record_is_refused_naming_it(tmp_path):
+    (tmp_path / "training_config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"training_config\.json: damaged settings file, not JSON"):
+        model_card("retrieval", folder=tmp_path)

@@ -1,4 +1,5 @@
-"""Evaluation: retrieval on a mined folder (`evaluate`), a public set on a VLM (`evaluate-public`)."""
+"""Evaluation: retrieval on a mined folder (`evaluate`), a public set on a VLM (`evaluate-public`), a
+finished run's text scores recomputed (`rescore`)."""
 
 from __future__ import annotations
 
@@ -139,6 +140,26 @@ def _evaluate_public(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescore_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("metrics", help="a finished run's metrics.json (medreco demo)")
+    parser.add_argument("--out", help="write the recomputed scores (JSON)")
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """A finished run's open-ended text scores, recomputed from its saved answers with the standard
+    implementations (sacreBLEU, rouge-score, nltk's METEOR), without generating again."""
+    from ..atomic import write_text_atomically
+    from ..evaluation import rescore_open_ended
+
+    result = rescore_open_ended(args.metrics)
+    if args.out:
+        write_text_atomically(args.out, json.dumps(result, indent=1))
+    cells = "  ".join(f"{name} {value:.3f}" for name, value in result["scores"].items() if name != "questions")
+    print(f"open-ended (n={result['scores']['questions']}): {cells}")
+    print(f"BLEU: sacreBLEU {result['bleu_signature']}")
+    return 0
+
+
 COMMANDS = (
     Command(
         "evaluate",
@@ -151,5 +172,11 @@ COMMANDS = (
         "a public paired-image evaluation set: MMXU, MS-CXR-T, Medical-Diff-VQA",
         _evaluate_public_arguments,
         _evaluate_public,
+    ),
+    Command(
+        "rescore",
+        "a finished run's open-ended text scores, recomputed with sacreBLEU, rouge-score and nltk",
+        _rescore_arguments,
+        _rescore,
     ),
 )

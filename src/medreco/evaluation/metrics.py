@@ -276,11 +276,19 @@ def rescore_open_ended(metrics_json: str | Path) -> dict:
     `vqa.examples`. Returns `{"scores", "bleu_signature", "previous"}` as `evaluate_open_ended` does: the
     new BLEU, ROUGE-L and METEOR, the other scores (entity F1, BERTScore, ...) as saved, and `previous`,
     the saved scores as they were."""
-    metrics = json.loads(Path(metrics_json).read_text())
-    previous, examples = metrics["vqa"]["open_ended"], metrics["vqa"]["examples"]
-    if len(examples) != previous["questions"]:
+    from ..errors import read_text_file
+
+    try:
+        metrics = json.loads(read_text_file(metrics_json))
+        previous, examples = metrics["vqa"]["open_ended"], metrics["vqa"]["examples"]
+        pairs = [(e["answer"], e["reference"]) for e in examples]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(
+            f"{metrics_json}: not the metrics.json of a finished run (no vqa.open_ended scores with their examples)"
+        ) from None
+    if len(examples) != previous.get("questions"):
         raise ValueError(f"{metrics_json}: {len(examples)} saved answers for {previous['questions']} questions")
-    text = text_scores([e["answer"] for e in examples], [e["reference"] for e in examples])
+    text = text_scores([answer for answer, _ in pairs], [reference for _, reference in pairs])
     signature = text.pop("bleu_signature")
     others = {k: v for k, v in previous.items() if k not in (*TEXT_METRICS, "meteor", "questions")}
     return {

@@ -233,7 +233,13 @@ def _continued_from(checkpoint: Path) -> list[BaseModel]:
 
 
 def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A saved settings file, None when absent; a damaged one is refused naming it."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: damaged settings file, not JSON ({error})") from None
 
 
 @dataclass(frozen=True)

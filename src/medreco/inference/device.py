@@ -32,10 +32,11 @@ def _cuda_summary() -> str:
 
 
 def parse_device(name: str) -> torch.device:
-    """The torch device `name` means on this machine; "auto" is the first CUDA GPU if there is one."""
+    """The torch device `name` means on this machine; "auto" is the current CUDA GPU (the first,
+    unless the process chose another) if torch sees one, else the CPU."""
     text = str(name).strip().lower()
     if text == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
