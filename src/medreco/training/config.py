@@ -43,6 +43,17 @@ class OptimizationConfig:
 
 
 @dataclass
+class TransformSpec:
+    """One MONAI dictionary transform of `DataConfig.train_transforms`: its class name in
+    `monai.transforms` (e.g. `RandAffined`), its arguments (`keys` is filled in) and, when set, the
+    modalities it applies to (else every one)."""
+
+    name: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    modalities: list[str] | None = None
+
+
+@dataclass
 class DataConfig:
     """Where the mined supervision lives (`medreco mine --out`) and how images become tensors."""
 
@@ -52,6 +63,9 @@ class DataConfig:
     modalities: list[str] | None = None  # restrict training to these modalities
     max_train_samples: int | None = None
     preload_images: bool = True  # keep preprocessed tensors in memory (small archives)
+    # Random MONAI dictionary transforms on stage 1's training images, after the processor and its
+    # tensor cache (medreco.training.augmentation); needs `pip install "medreco[monai]"`
+    train_transforms: list[TransformSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -335,6 +349,7 @@ __all__ = [
     "RunConfig",
     "Stage1Config",
     "Stage2Config",
+    "TransformSpec",
     "build_config",
     "load_recipe",
     "read_recipe",

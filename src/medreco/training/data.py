@@ -21,13 +21,16 @@ from tqdm.auto import tqdm
 from ..data.mining.mined import Study
 from ..errors import TrainingDataError
 from ..processing import MedReCoImageProcessor
+from .augmentation import TrainTransforms, image_seed
+from .config import DataConfig, RecipeError
 
 logger = logging.getLogger(__name__)
 
 
 class ImageStore:
     """Model-ready tensors `(1, D, H, W)` of studies, preprocessed once: kept in memory when
-    `preload`, otherwise read through the processor (use its tensor cache for large archives)."""
+    `preload`, otherwise read through the processor (use its tensor cache for large archives).
+    With `transforms`, training batches are augmented (`batch`); the stored tensors never are."""
 
     def __init__(
         self,
@@ -35,9 +38,14 @@ class ImageStore:
         studies: dict[str, Study],
         preload: bool = True,
         progress: bool = True,
+        transforms: TrainTransforms | None = None,
+        seed: int = 0,
     ):
         self.processor = processor
         self.studies = studies
+        self.transforms = transforms or None
+        self.seed = seed
+        self.epoch = 0  # of the phase being trained: part of every augmentation's seed
         self._memory: dict[str, torch.Tensor] = {}
         if preload:
             for study_id in tqdm(list(studies), desc="preprocessing images", disable=not progress, leave=False):
@@ -55,15 +63,51 @@ class ImageStore:
             return self._memory[study_id]
         return self._load(study_id)
 
+    def check_transforms(self, study_ids: Sequence[str]) -> None:
+        """Augment one study of each modality of `study_ids`, so that transforms that cannot apply
+        (a shape they change, arguments that fail on the image) are refused before training."""
+        if self.transforms is None:
+            return
+        first = {}
+        for s in study_ids:
+            first.setdefault(self.studies[s].modality, s)
+        for study_id in first.values():
+            self.batch([study_id])
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
     def batch(self, study_ids: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """pixel_values `(B, 1, D, H, W)` and modality_ids `(B,)` of studies of one shape."""
+        """pixel_values `(B, 1, D, H, W)` and modality_ids `(B,)` of studies of one shape, augmented
+        by the store's transforms (seeded by the run's seed, the epoch and the batch)."""
         tensors = [self[s] for s in study_ids]
+        if self.transforms is not None:
+            tensors = [
+                self.transforms(tensor, self.studies[s].modality, image_seed(self.seed, self.epoch, study_ids, i))
+                for i, (s, tensor) in enumerate(zip(study_ids, tensors))
+            ]
         ids = [self.processor.modality_id(self.studies[s].modality) for s in study_ids]
         return torch.stack(tensors), torch.tensor(ids, dtype=torch.long)
 
 
 def is_volumetric(modality: str, processor: MedReCoImageProcessor) -> bool:
     return processor.recipe(modality).size[0] > 1
+
+
+def train_transforms(data: DataConfig, processor: MedReCoImageProcessor, modalities: Sequence[str]):
+    """The recipe's `train_transforms` for these modalities, or None when it has none."""
+    if not data.train_transforms:
+        return None
+    dims = {m: 3 if is_volumetric(m, processor) else 2 for m in modalities}
+    return TrainTransforms(data.train_transforms, dims)
+
+
+def refuse_train_transforms(data: DataConfig, stage: str) -> None:
+    """Augmentation trains the vision encoder (stage 1). The reranker learns from the frozen encoder's
+    features and stage 2 reads its images through TRL's collator with the tower frozen: neither
+    applies `train_transforms`, so a recipe setting them there is refused rather than ignored."""
+    if data.train_transforms:
+        raise RecipeError(f"{stage}.data.train_transforms: only stage 1 augments its images (stage1.data)")
 
 
 class ModalityBatchSampler:
@@ -145,4 +189,6 @@ __all__ = [
     "batch_size_rule",
     "check_nonempty",
     "is_volumetric",
+    "refuse_train_transforms",
+    "train_transforms",
 ]

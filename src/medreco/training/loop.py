@@ -139,6 +139,8 @@ class Phase:
     batch_size_for: Callable[[str], int]
     collate: Callable[[list[Any]], dict[str, torch.Tensor]]
     loss: Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+    # told each epoch before its batches are collated (e.g. an ImageStore's augmentation seeds)
+    set_epoch: Callable[[int], None] | None = None
 
 
 class _Items(torch.utils.data.Dataset):
@@ -158,7 +160,8 @@ def phase_batches(phase: Phase, sampler: ModalityBatchSampler, workers: int, dev
     """The collated batches of the sampler's (current) epoch: in this process with `workers` 0, else
     by a DataLoader with that many worker processes (forked, so a phase's collate closure needs no
     pickling; prefetching two batches each, in pinned memory for a GPU). Same batches, in the same
-    order, either way; the collate functions draw no random numbers."""
+    order, either way; the collate functions draw no random numbers from a process's random state
+    (augmentations are seeded by the batch, `ImageStore.batch`)."""
     if workers <= 0:
         return (phase.collate([phase.items[i] for i in indices]) for indices in sampler)
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -205,6 +208,8 @@ def train_phase(
     prepared.model.train()
     while state.step < steps:
         prepared.sampler.set_epoch(state.epoch, state.step_in_epoch)
+        if phase.set_epoch is not None:
+            phase.set_epoch(state.epoch)
         for batch in phase_batches(phase, prepared.sampler, run.loader_workers, accelerator.device):
             batch = send_to_device(batch, accelerator.device)
             losses.add(prepared.micro_step(phase, optimization, batch, state.step))

@@ -24,7 +24,7 @@ from ..factory import create_model
 from ..inference.encoder import RetrievalEncoder
 from ..modeling import MedReCoReranker, select_top_tokens
 from .config import RerankerTrainingConfig
-from .data import ImageStore, batch_size_rule, check_nonempty
+from .data import ImageStore, batch_size_rule, check_nonempty, refuse_train_transforms
 from .loop import Phase, PhaseResult, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class RerankerPair:
 class RerankerTrainer:
     def __init__(self, config: RerankerTrainingConfig):
         self.config = config
+        refuse_train_transforms(config.data, "reranker")
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.encoder = RetrievalEncoder.from_pretrained(
             config.retrieval_model, tensor_cache_dir=config.data.tensor_cache_dir

@@ -31,7 +31,7 @@ from ..factory import create_model, resolve_text_encoder
 from ..modeling import CandidateBatch, MedReCoModel, StatementBatch, TextBatch
 from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .config import DataConfig, ModelSource, Stage1Config
-from .data import ImageStore, batch_size_rule, check_nonempty
+from .data import ImageStore, batch_size_rule, check_nonempty, train_transforms
 from .loop import Phase, PhaseResult, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
@@ -236,12 +236,16 @@ class Stage1Trainer:
         self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
         train_ids = self.data.study_ids("train")
         check_nonempty(train_ids, "training-split studies", self.data.directory)
+        trained = sorted({self.data.studies[s].modality for s in train_ids})
         self.store = ImageStore(
             self.image_processor,
             {s: self.data.studies[s] for s in self.data.study_ids()},
             preload=config.data.preload_images,
             progress=config.run.progress,
+            transforms=train_transforms(config.data, self.image_processor, trained),
+            seed=config.run.seed,
         )
+        self.store.check_transforms(train_ids)
         self.texts = Stage1Texts(self.model, self.tokenizer, self.data, config)
         self.prompts = self.texts.prompts
 
@@ -272,6 +276,7 @@ class Stage1Trainer:
             batch_size_rule(self.image_processor, optimization.batch_size_2d, optimization.batch_size_3d),
             collate,
             lambda model, batch: model(**batch).loss,
+            self.store.set_epoch,
         )
 
     # ---- phase 2: entity-conditioned ranking
@@ -322,6 +327,7 @@ class Stage1Trainer:
             lambda group: size_rule(group.split("|")[0]),
             collate,
             lambda model, batch: model(**batch).loss,
+            self.store.set_epoch,
         )
 
     def train(self, stop_after: int | None = None) -> dict:

@@ -34,7 +34,7 @@ from ..factory import create_model, preset_fields, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
 from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
 from .config import RecipeError, Stage2Config
-from .data import check_nonempty, is_volumetric
+from .data import check_nonempty, is_volumetric, refuse_train_transforms
 from .distributed import (
     check_deepspeed_launch,
     deepspeed_requested,
@@ -388,6 +388,7 @@ class Stage2Trainer:
     def __init__(self, config: Stage2Config):
         self.config = config
         check_deepspeed_launch(config.run.deepspeed_config)
+        refuse_train_transforms(config.data, "stage2")
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model, self.processor = build_vlm(config, self.data)
