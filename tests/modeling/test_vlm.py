@@ -109,6 +109,46 @@ class TestEntityTokenVLM(TestVLM):
         return shapes
 
 
+class TestCaseEmbeddingVLM(TestVLM):
+    """The battery again with a learned embedding marking each sample's first and second image."""
+
+    overrides = {"case_embeddings": 2}
+
+
+def test_case_embeddings_mark_each_image_block_by_its_place_and_nothing_else():
+    model = medreco.create_model("vlm", "tiny", case_embeddings=2).eval()
+    config = model.config
+    block = [config.image_token_id] * config.image_seq_length
+    input_ids = torch.tensor([[5, *block, 6, *block, 7, *block, 8]] * 2)
+    inputs = {
+        "input_ids": input_ids,
+        "pixel_values": torch.rand(6, 1, 1, 40, 40, generator=torch.Generator().manual_seed(0)),
+        "modality_ids": torch.zeros(6, dtype=torch.long),
+    }
+    seen = []
+    hook = model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["inputs_embeds"].detach().clone()), with_kwargs=True
+    )
+    with torch.no_grad():
+        model(**inputs)
+        config.case_embeddings = 0
+        model(**inputs)
+    hook.remove()
+    added = seen[0] - seen[1]
+    weights = model.model.case_embeddings.weight.detach()
+    starts = [1 + k * (len(block) + 1) for k in range(3)]
+    expected = torch.zeros_like(added)
+    for k, start in enumerate(starts[:2]):  # the third image is past the last embedding: none
+        expected[:, start : start + len(block)] = weights[k]
+    torch.testing.assert_close(added, expected)
+    assert weights.abs().sum() > 0
+
+
+def test_case_embeddings_cannot_be_negative():
+    with pytest.raises((ValueError, StrictDataclassClassValidationError), match="case_embeddings"):
+        medreco.create_model("vlm", "tiny", case_embeddings=-1)
+
+
 def comparison_prompt(config) -> list[int]:
     """[BOS, "Case A:", <image x N>, "Case B:", <image x N>, "Which case has the bright square?"]"""
     image = [config.image_token_id] * config.image_seq_length

@@ -112,16 +112,27 @@ def test_stage2_entity_tokens_reuse_the_stage1_conditioner_and_name_each_questio
 
 
 def test_stage2_learns_its_vocabulary_from_the_training_conversations(stage1_run, toy, tmp_path):
-    from medreco.training.stage2 import conversation_texts, vocabulary_texts, vqa_examples
+    """The vocabulary covers what training feeds the model: questions, answers, the curriculum's
+    questions and the chat template's own words, each a whole token, none unknown."""
+    from medreco.processing import template_texts
+    from medreco.processing.processing_vlm import IMAGE_TOKEN
+    from medreco.training.stage2 import conversation_texts, curriculum_examples, vocabulary_texts, vqa_examples
 
     _, stage1_out, _, _ = stage1_run
-    trainer = Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path))
+    config = stage2_config(toy, stage1_out / "final", tmp_path, "curriculum_steps=2")
+    trainer = Stage2Trainer(config)
     tokenizer = trainer.processor.tokenizer
     assert trainer.config.tokenizer == "mined" and len(tokenizer) <= trainer.config.tokenizer_vocab_size + 8
     assert trainer.model.config.text_config.vocab_size == len(tokenizer)
-    texts = conversation_texts(vqa_examples(trainer.data, "train", include_open_ended=True))
-    assert sorted(vocabulary_texts(trainer.data, "train", True, True)) == sorted(texts)
-    assert texts and not any(tokenizer.unk_token_id in tokenizer.encode(t, add_special_tokens=False) for t in texts)
+    examples = vqa_examples(trainer.data, "train", include_open_ended=True)
+    examples += curriculum_examples(trainer.data, "train", config)
+    corpus = vocabulary_texts(trainer.data, "train", config)
+    assert set(conversation_texts(examples)) | set(template_texts()) == set(corpus)
+    assert corpus["user"] == corpus["assistant"] == len(examples)  # once per conversation
+    rendered = [trainer.processor.apply_chat_template(e["messages"]).replace(IMAGE_TOKEN, "") for e in examples]
+    assert rendered and not any(tokenizer.unk_token_id in tokenizer.encode(t) for t in rendered)
+    for word in ["system", "user", "assistant", "radiologist", "finding", ":"]:
+        assert len(tokenizer.tokenize(word)) == 1, word
     with pytest.raises(RecipeError, match="own tokenizer"):
         Stage2Trainer(stage2_config(toy, stage1_out / "final", tmp_path, "language_model=Qwen/Qwen2.5-0.5B"))
 

@@ -44,6 +44,10 @@ class MedReCoVLMConfig(PreTrainedConfig):
     tokens answer a question about a named finding slowly; with the finding's own feature it does not
     have to.
 
+    `case_embeddings` (n > 0) adds a learned vector to every token of a sample's first, second, ...
+    n-th image (Case A, Case B; prior, current): otherwise the language model tells two image blocks
+    apart only by their positions, which one trained from scratch learns slowly. 0 (the paper's VLM):
+    none.
     `blind_images` replaces every image by a blank before the vision tower: the blind baseline of the
     ablations (same architecture, tokens and training; no visual information reaches the model)."""
 
@@ -61,6 +65,7 @@ class MedReCoVLMConfig(PreTrainedConfig):
     projector_hidden_act: str = "gelu"
     freeze_vision_tower: bool = True  # the conditioner and the entity table too, with entity_tokens
     entity_tokens: bool = False
+    case_embeddings: int = 0
     blind_images: bool = False
     entity_vocabulary: list[str] | None = None
     conditioner_token_source: Literal["pooled", "depth"] = "pooled"
@@ -83,6 +88,8 @@ class MedReCoVLMConfig(PreTrainedConfig):
                 f"image_token_id ({self.image_token_id}) is outside the language model's vocabulary "
                 f"(vocab_size={self.text_config.vocab_size})"
             )
+        if self.case_embeddings < 0:
+            raise ValueError(f"case_embeddings must be 0 (none) or the number of images embedded; got {self.case_embeddings}")
         if self.entity_tokens:
             if not self.entity_vocabulary:
                 raise ValueError("entity_tokens needs an entity_vocabulary (the entity ids of the entity table)")

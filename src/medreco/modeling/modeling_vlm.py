@@ -7,7 +7,9 @@ per sample is allowed; two (prior/current or query/reference) is the comparative
 
 With `config.entity_tokens`, each image's block ends with one more token: the stage-1
 conditioner's entity-aware feature for the entity the question names (`entity_ids`, one per
-image, -1 for none), projected together with that entity's embedding (see `MedReCoVLMConfig`)."""
+image, -1 for none), projected together with that entity's embedding (see `MedReCoVLMConfig`). With
+`config.case_embeddings`, a learned vector per image of a sample (first, second, ...) is added to
+its block's tokens."""
 
 from __future__ import annotations
 
@@ -96,6 +98,8 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
             self.conditioner = MedReCoConditioner(config.conditioner_config, hidden, config.vision_config.num_experts)
             self.entity_embeddings = nn.Embedding(len(config.entity_vocabulary), hidden)
             self.entity_projector = MedReCoEntityProjector(config)
+        if config.case_embeddings:
+            self.case_embeddings = nn.Embedding(config.case_embeddings, config.text_config.hidden_size)
         self.post_init()
         if config.freeze_vision_tower:
             self.vision_tower.requires_grad_(False)
@@ -222,6 +226,14 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
             )
         return mask.unsqueeze(-1).expand_as(inputs_embeds)
 
+    def _case_embedding(self, placeholders: torch.Tensor, tokens_per_image: int) -> torch.Tensor:
+        """`(batch, length, hidden)`: at each placeholder of a sample's k-th image block, the k-th
+        case embedding (none past the last one, nor anywhere else)."""
+        block = (placeholders.long().cumsum(dim=1) - 1).div(tokens_per_image, rounding_mode="floor")
+        embedded = placeholders & (block < self.config.case_embeddings)
+        vectors = self.case_embeddings(block.clamp(0, self.config.case_embeddings - 1))
+        return vectors * embedded[..., None].to(vectors.dtype)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -246,6 +258,8 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
             image_features = self.get_image_features(pixel_values, modality_ids, entity_ids).to(inputs_embeds.dtype)
             mask = self.get_placeholder_mask(input_ids, inputs_embeds, image_features)
             inputs_embeds = inputs_embeds.masked_scatter(mask, image_features)
+            if self.config.case_embeddings:
+                inputs_embeds = inputs_embeds + self._case_embedding(mask[..., 0], image_features.shape[1]).to(inputs_embeds.dtype)
         cache = cache_argument(past_key_values, kwargs)
         outputs = self.language_model(
             inputs_embeds=inputs_embeds,

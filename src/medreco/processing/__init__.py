@@ -9,7 +9,7 @@ from .image_processing_medreco import MedReCoImageProcessor, PreprocessedImage, 
 from .preprocessing import DEFAULT_RECIPES, ModalityRecipe, preprocess_image, resample_to_grid
 from .privacy import IDENTIFYING_KEYWORDS, DeidentificationReport, deidentify, deidentify_file, deidentify_tree
 from .processing_retrieval import MedReCoRetrievalProcessor
-from .processing_vlm import CHAT_TEMPLATE, MedReCoProcessor, conversation
+from .processing_vlm import CHAT_TEMPLATE, MedReCoProcessor, conversation, template_texts
 from .readers import (
     ReaderOptions,
     list_dicom_series,
@@ -68,6 +68,7 @@ __all__ = [
     "read_nifti",
     "read_raster",
     "to_canonical",
+    "template_texts",
     "train_wordpiece_tokenizer",
     "write_model_input",
 ]

@@ -31,11 +31,12 @@ IMAGE_TOKEN, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|
 TURN_START, TURN_END = "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [IMAGE_TOKEN, VISION_START, VISION_END, TURN_START, TURN_END]
 DEFAULT_SYSTEM_PROMPT = "You are a radiologist. Compare the images and answer the question about the named finding."
+IMAGE_LABELS = ("Case A", "Case B", "Case C", "Case D", "Case E", "Case F")  # the template's default labels
 
 # Qwen-style turns; {% generation %} marks what the assistant says (for assistant-token masks).
 CHAT_TEMPLATE = (
     "{%- set labels = image_labels if image_labels is defined else "
-    "['Case A', 'Case B', 'Case C', 'Case D', 'Case E', 'Case F'] -%}"
+    "[" + ", ".join(f"'{label}'" for label in IMAGE_LABELS) + "] -%}"
     "{%- set ns = namespace(image=0) -%}"
     "{%- if messages[0]['role'] != 'system' -%}"
     "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\\n' -}}"
@@ -63,6 +64,13 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
+
+
+def template_texts(image_count: int = 2) -> list[str]:
+    """The text the chat template writes around a conversation's own: the system prompt, the role
+    names and the first `image_count` image labels. A vocabulary learned for the model must cover it
+    as well as the questions and answers, or it tokenizes as single characters in every sample."""
+    return [DEFAULT_SYSTEM_PROMPT, "system", "user", "assistant", *(f"{label}:" for label in IMAGE_LABELS[:image_count])]
 
 
 class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
@@ -315,4 +323,4 @@ def conversation(
     return messages
 
 
-__all__ = ["CHAT_TEMPLATE", "IMAGE_TOKEN", "MedReCoProcessor", "SPECIAL_TOKENS", "conversation"]
+__all__ = ["CHAT_TEMPLATE", "IMAGE_LABELS", "IMAGE_TOKEN", "MedReCoProcessor", "SPECIAL_TOKENS", "conversation", "template_texts"]

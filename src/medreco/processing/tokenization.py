@@ -14,7 +14,7 @@ normalizer, pre-tokenizer, word-piece model and decoder, is the `tokenizers` one
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from transformers import PreTrainedTokenizerFast
 
@@ -28,9 +28,11 @@ SPECIAL_TOKENS = {
 CONTINUATION = "##"
 
 
-def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
+def train_wordpiece_tokenizer(
+    texts: Iterable[str] | Mapping[str, int], vocab_size: int = 2000
+) -> PreTrainedTokenizerFast:
     """A lower-casing BERT-style word-piece tokenizer with at most `vocab_size` tokens, learned from
-    `texts`, the same for the same texts: the special tokens, every character of the corpus (alone
+    `texts` (or a mapping of each text to how often it occurs), the same for the same texts: the special tokens, every character of the corpus (alone
     and as a continuation piece), then the corpus's words by frequency (ties alphabetical) as far as
     `vocab_size` allows. Words left out, or never seen, tokenize as pieces (the longest known
     prefix, then characters); characters the corpus never used become `[UNK]`."""
@@ -38,7 +40,8 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> P
 
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
     counts: Counter[str] = Counter()
-    for text, repeats in Counter(texts).items():  # a corpus of conversations repeats its texts
+    occurrences = texts if isinstance(texts, Mapping) else Counter(texts)  # conversations repeat their texts
+    for text, repeats in occurrences.items():
         if text and text.strip():
             for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
                 counts[word] += repeats

@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import os
 import random
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,7 +33,13 @@ from ..data.reports.ontology import Ontology, entity_prompts
 from ..errors import TrainingDataError
 from ..factory import create_model, preset_fields, resolve_text_encoder
 from ..modeling import MedReCoForConditionalGeneration, MedReCoModel
-from ..processing import MedReCoImageProcessor, MedReCoProcessor, conversation, train_wordpiece_tokenizer
+from ..processing import (
+    MedReCoImageProcessor,
+    MedReCoProcessor,
+    conversation,
+    template_texts,
+    train_wordpiece_tokenizer,
+)
 from .config import RecipeError, Stage2Config
 from .data import check_nonempty, is_volumetric, refuse_train_transforms
 from .distributed import (
@@ -215,23 +222,40 @@ def build_tokenizer(config: Stage2Config, data: MinedData | None = None):
         )
     if data is None:
         raise RecipeError(f"stage2: tokenizer={MINED_TOKENIZER} needs the mined data to learn from")
-    texts = vocabulary_texts(data, "train", config.include_open_ended, config.include_longitudinal)
+    texts = vocabulary_texts(data, "train", config)
     check_nonempty(texts, "training VQA samples", data.directory)
     tokenizer = train_wordpiece_tokenizer(texts, config.tokenizer_vocab_size)
-    logger.info("stage2: learned a %d-token vocabulary from %d training texts", len(tokenizer), len(texts))
+    logger.info("stage2: learned a %d-token vocabulary from %d distinct training texts", len(tokenizer), len(texts))
     return tokenizer
 
 
-def vocabulary_texts(data: MinedData, split: str, include_open_ended: bool, include_longitudinal: bool) -> list[str]:
-    """The texts of the split's conversations, each closed question with its open-ended twin (what
-    `conversation_texts(vqa_examples(...))` gives, without building the conversations): the corpus
-    of a mined vocabulary."""
-    texts = []
-    for row in closed_rows(data, split, include_longitudinal):
-        texts += [closed_prompt(row["question"], row["options"]), closed_answer(row["options"], row["answer"])]
-        if include_open_ended and row.get("open_question"):
-            texts += [row["open_question"], row["open_answer"]]
+def vocabulary_texts(data: MinedData, split: str, config: Stage2Config) -> Counter[str]:
+    """The texts of the split's training conversations, each with how often it occurs: the closed
+    questions and answers with their open-ended twins, the curriculum's presence questions, and the
+    chat template's own text around every conversation (`template_texts`: system prompt, role names,
+    image labels): the corpus of a mined vocabulary, all that the tokenizer meets in training."""
+    texts: Counter[str] = Counter()
+    conversations = 0
+    for row in closed_rows(data, split, config.include_longitudinal):
+        texts.update([closed_prompt(row["question"], row["options"]), closed_answer(row["options"], row["answer"])])
+        conversations += 1
+        if config.include_open_ended and row.get("open_question"):
+            texts.update([row["open_question"], row["open_answer"]])
+            conversations += 1
+    if texts and config.curriculum_steps:
+        curriculum = curriculum_examples(data, split, config)
+        texts.update(conversation_texts(curriculum))
+        conversations += len(curriculum)
+    for text in template_texts():
+        texts[text] += conversations
     return texts
+
+
+def curriculum_examples(data: MinedData, split: str, config: Stage2Config) -> list[dict]:
+    """The curriculum's presence questions (`curriculum_questions`): about one image
+    (`presence_examples`) or one case of a pair (`case_presence_examples`)."""
+    build = case_presence_examples if config.curriculum_questions == "each_case" else presence_examples
+    return build(data, split, config.entity_tokens)
 
 
 def build_vlm(
@@ -424,8 +448,7 @@ class Stage2Trainer:
         steps = self.config.curriculum_steps
         if not steps:
             return []
-        build = case_presence_examples if self.config.curriculum_questions == "each_case" else presence_examples
-        examples = build(self.data, "train", self.config.entity_tokens)
+        examples = curriculum_examples(self.data, "train", self.config)
         check_nonempty(examples, f"{self.config.curriculum_questions} presence questions", self.data.directory)
         wanted = steps * self.batch_size * self.config.optimization.gradient_accumulation_steps
         ordered: list[dict] = []
@@ -615,6 +638,7 @@ __all__ = [
     "build_tokenizer",
     "build_vlm",
     "case_presence_examples",
+    "curriculum_examples",
     "stage1_entity_table",
     "conversation_texts",
     "closed_answer",
