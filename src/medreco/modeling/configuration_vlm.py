@@ -89,7 +89,9 @@ class MedReCoVLMConfig(PreTrainedConfig):
                 f"(vocab_size={self.text_config.vocab_size})"
             )
         if self.case_embeddings < 0:
-            raise ValueError(f"case_embeddings must be 0 (none) or the number of images embedded; got {self.case_embeddings}")
+            raise ValueError(
+                f"case_embeddings must be 0 (none) or the number of images embedded; got {self.case_embeddings}"
+            )
         if self.entity_tokens:
             if not self.entity_vocabulary:
                 raise ValueError("entity_tokens needs an entity_vocabulary (the entity ids of the entity table)")

@@ -259,7 +259,9 @@ class MedReCoVLMModel(MedReCoVLMPreTrainedModel):
             mask = self.get_placeholder_mask(input_ids, inputs_embeds, image_features)
             inputs_embeds = inputs_embeds.masked_scatter(mask, image_features)
             if self.config.case_embeddings:
-                inputs_embeds = inputs_embeds + self._case_embedding(mask[..., 0], image_features.shape[1]).to(inputs_embeds.dtype)
+                inputs_embeds = inputs_embeds + self._case_embedding(mask[..., 0], image_features.shape[1]).to(
+                    inputs_embeds.dtype
+                )
         cache = cache_argument(past_key_values, kwargs)
         outputs = self.language_model(
             inputs_embeds=inputs_embeds,

@@ -70,7 +70,13 @@ def template_texts(image_count: int = 2) -> list[str]:
     """The text the chat template writes around a conversation's own: the system prompt, the role
     names and the first `image_count` image labels. A vocabulary learned for the model must cover it
     as well as the questions and answers, or it tokenizes as single characters in every sample."""
-    return [DEFAULT_SYSTEM_PROMPT, "system", "user", "assistant", *(f"{label}:" for label in IMAGE_LABELS[:image_count])]
+    return [
+        DEFAULT_SYSTEM_PROMPT,
+        "system",
+        "user",
+        "assistant",
+        *(f"{label}:" for label in IMAGE_LABELS[:image_count]),
+    ]
 
 
 class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
@@ -323,4 +329,12 @@ def conversation(
     return messages
 
 
-__all__ = ["CHAT_TEMPLATE", "IMAGE_LABELS", "IMAGE_TOKEN", "MedReCoProcessor", "SPECIAL_TOKENS", "conversation", "template_texts"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "IMAGE_LABELS",
+    "IMAGE_TOKEN",
+    "MedReCoProcessor",
+    "SPECIAL_TOKENS",
+    "conversation",
+    "template_texts",
+]

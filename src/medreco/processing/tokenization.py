@@ -32,10 +32,11 @@ def train_wordpiece_tokenizer(
     texts: Iterable[str] | Mapping[str, int], vocab_size: int = 2000
 ) -> PreTrainedTokenizerFast:
     """A lower-casing BERT-style word-piece tokenizer with at most `vocab_size` tokens, learned from
-    `texts` (or a mapping of each text to how often it occurs), the same for the same texts: the special tokens, every character of the corpus (alone
-    and as a continuation piece), then the corpus's words by frequency (ties alphabetical) as far as
-    `vocab_size` allows. Words left out, or never seen, tokenize as pieces (the longest known
-    prefix, then characters); characters the corpus never used become `[UNK]`."""
+    `texts` (or a mapping of each text to how often it occurs), the same for the same texts: the
+    special tokens, every character of the corpus (alone and as a continuation piece), then the
+    corpus's words by frequency (ties alphabetical) as far as `vocab_size` allows. Words left out,
+    or never seen, tokenize as pieces (the longest known prefix, then characters); characters the
+    corpus never used become `[UNK]`."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
