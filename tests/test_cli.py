@@ -53,6 +53,11 @@ def test_a_preset_is_a_data_file_and_a_users_own_file_works_the_same(tmp_path, c
         medreco.create_config("vision", tmp_path / "bad.json")
     assert main(["info", "--preset", "nope"]) == 2
     assert "unknown preset 'nope'" in capsys.readouterr().err
+    preset["families"]["vlm"]["case_embeddings"] = -1  # a field its config class refuses
+    (tmp_path / "negative.json").write_text(json.dumps(preset))
+    assert main(["info", "--preset", str(tmp_path / "negative.json")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "case_embeddings must be 0" in error and "\n" not in error and "Traceback" not in error
 
 
 def test_export_command(tmp_path, capsys):

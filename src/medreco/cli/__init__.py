@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     """The `medreco` command: every failure a user can cause (a bad argument, a missing, damaged or
     unwritable path, a missing package) ends with exit status 2 and one line on stderr naming the
     path and the problem; an interruption with 130. Anything else is a bug and shows its traceback."""
+    from huggingface_hub.errors import StrictDataclassError  # a config field a recipe or preset set wrong
+
     from ..errors import MedReCoError
 
     args = build_parser().parse_args(argv)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_paths(args)
         return args.handler(args)
-    except (MedReCoError, ValueError, OSError, ImportError) as error:
+    except (MedReCoError, ValueError, OSError, ImportError, StrictDataclassError) as error:
         print(f"medreco {args.command}: error: {failure_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
