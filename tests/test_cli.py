@@ -81,3 +81,32 @@ def test_compare_refuses_to_print_a_blank_answer(monkeypatch, capsys):
     assert main(["compare", "a.png", "b.png", "--model", "runs/vlm", "--question", "Any change?"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "runs/vlm generated no text" in captured.err
+
+
+def test_version_verbose_anywhere_and_every_option_explained(capsys):
+    """`--version`; `-v` before or after the command; every option has a help text that gives its default."""
+    import argparse
+    from importlib.metadata import version
+
+    from medreco.cli import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"medreco {version('medreco')}"
+    assert parser.parse_args(["-v", "info"]).verbose and parser.parse_args(["info", "-v"]).verbose
+    assert not parser.parse_args(["info"]).verbose
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    unexplained, undefaulted = [], []
+    for name, command in commands.items():
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if not action.help:
+                unexplained.append(f"{name} {action.dest}")
+            elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+                shown = " ".join(map(str, action.default)) if isinstance(action.default, list) else action.default
+                if f"default {shown}" not in text and "default" not in action.help:
+                    undefaulted.append(f"{name} {action.option_strings[-1]}")
+    assert unexplained == [] and undefaulted == []

@@ -278,3 +278,34 @@ def test_a_device_this_machine_cannot_run_is_one_line_before_anything_is_read(
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"medreco {command}: error: ") and message in lines[0]
     assert not Path(places["out"]).exists()
+
+
+BAD_VALUES = [
+    (
+        ["search", "{png}", "--index", "{index}", "--model", "{retrieval}", "--modality", "chest_xray", "--top-k", "0"],
+        "--top-k: 0 is not at least 1",
+    ),
+    (["preprocess", "{png}", "--modality", "CT", "--out", "{out}"], "name the body part (chest_ct or abdominal_ct)"),
+    (["compare", "{png}", "{png}", "--model", "{vlm}", "--question", "?", "--modality", "xr"], "unknown modality 'xr'"),
+    (["phantom", "--out", "{out}", "--modalities", "cxr,CT"], "modality 'CT' is ambiguous"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
+def test_a_value_no_command_accepts_is_one_line_naming_it(runner, places, tmp_path, argv, message):
+    log = tmp_path / "stderr.log"
+    assert runner.run({"argv": [_fill(a, places) for a in argv]}, log) == {"code": 2, "signal": None}
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_one_modality_vocabulary_in_every_command(runner, places, tmp_path):
+    """The manifest's names and aliases work wherever a modality is asked for."""
+    log, out = tmp_path / "stderr.log", tmp_path / "x.safetensors"
+    argv = ["preprocess", places["png"], "--modality", "CXR", "--out", str(out)]
+    assert runner.run({"argv": argv, "stdout": str(tmp_path / "stdout.log")}, log)["code"] == 0 and out.is_file()
+    argv = ["entities", "--modality", "chest x-ray", "--json"]
+    assert runner.run({"argv": argv, "stdout": str(tmp_path / "cxr.json")}, log)["code"] == 0
+    argv = ["entities", "--modality", "CT", "--json"]  # a family: chest and abdominal CT entities
+    assert runner.run({"argv": argv, "stdout": str(tmp_path / "ct.json")}, log)["code"] == 0
+    assert json.loads((tmp_path / "cxr.json").read_text()) and json.loads((tmp_path / "ct.json").read_text())

@@ -98,3 +98,53 @@ def test_cli_index_search_evaluate_and_compare(stage1_run, toy, tmp_path, capsys
         == 0
     )
     assert capsys.readouterr().out.strip() != ""  # an (untrained, short) answer in text
+
+
+def test_a_model_created_and_saved_without_its_processor_works_with_every_command(toy, tmp_path, capsys):
+    """`create_model(...).save_pretrained(folder)` alone, as a user would: index, search (with a
+    created reranker), compare and export build the processor from the folder's config."""
+    from transformers import AutoProcessor
+
+    import medreco
+    from medreco.cli import main
+
+    retrieval, reranker, vlm = tmp_path / "retrieval", tmp_path / "reranker", tmp_path / "vlm"
+    medreco.create_model("retrieval", "tiny", text_model_name_or_path=medreco.BUNDLED_TEXT_ENCODER).save_pretrained(
+        retrieval
+    )
+    medreco.create_model("reranker", "tiny").save_pretrained(reranker)
+    medreco.create_model("vlm", "tiny").save_pretrained(vlm)
+    capsys.readouterr()  # DeepSpeed, when installed, prints a line to stdout at its first import
+    data = MinedData(toy)
+    first, second = sorted(data.studies)[:2]
+    index = ["index", "--model", str(retrieval), "--mined", str(toy), "--out", str(tmp_path / "index"), "--quiet"]
+    assert main(index) == 0
+    assert json.loads(capsys.readouterr().out)["studies"] == {"chest_xray": len(data.studies)}
+    search = [
+        *("search", data.studies[first].image, "--index", str(tmp_path / "index"), "--model", str(retrieval)),
+        *("--modality", "chest_xray", "--entity", "pleural effusion", "--reranker", str(reranker), "--json"),
+    ]
+    assert main(search) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 5 and all(h["reranker_probability"] is not None for h in hits)
+    compare = [
+        *("compare", data.studies[first].image, data.studies[second].image, "--model", str(vlm)),
+        *("--question", "Is there pleural effusion in Case B?"),
+    ]
+    assert main(compare) == 0
+    assert capsys.readouterr().out.strip() != ""  # untrained, but an answer in text
+    for folder in (retrieval, vlm):
+        assert main(["export", str(folder), "--out", str(tmp_path / f"{folder.name}-export")]) == 0
+        exported = tmp_path / f"{folder.name}-export"
+        assert (exported / "processor_config.json").is_file()
+        assert type(AutoProcessor.from_pretrained(exported)) is type(AutoProcessor.from_pretrained(folder))
+
+
+def test_a_folder_whose_processor_cannot_be_built_fails_in_one_line(tmp_path, capsys):
+    import medreco
+    from medreco.cli import main
+
+    medreco.create_model("retrieval", "tiny").save_pretrained(tmp_path / "bare")  # names no text encoder
+    assert main(["export", str(tmp_path / "bare"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "no tokenizer saved" in error and "tokenizer.save_pretrained" in error

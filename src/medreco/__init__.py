@@ -5,7 +5,15 @@ Importing the package registers the MedReCo model types with the transformers Au
 import logging
 
 from .errors import MedicalImageError, MedReCoError
-from .factory import BUNDLED_TEXT_ENCODER, FAMILIES, PRESETS, create_config, create_model, parameter_summary
+from .factory import (
+    BUNDLED_TEXT_ENCODER,
+    FAMILIES,
+    PRESETS,
+    create_config,
+    create_model,
+    create_processor,
+    parameter_summary,
+)
 from .modeling import *  # noqa: F403
 from .modeling import __all__ as _modeling_all
 from .processing import MedReCoImageProcessor, MedReCoProcessor, MedReCoRetrievalProcessor, ReaderOptions, load_image
@@ -28,6 +36,7 @@ __all__ = [
     "__version__",
     "create_config",
     "create_model",
+    "create_processor",
     "parameter_summary",
     *_modeling_all,
 ]

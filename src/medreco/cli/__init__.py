@@ -22,6 +22,9 @@ GROUPS = (info, hub, images, data, training, inference, evaluation, demo, public
 COMMANDS: list[Command] = [command for group in GROUPS for command in group.COMMANDS]
 
 
+VERBOSE_HELP = "log progress at INFO level, and show the libraries' own progress bars"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors in one line (like every other failure) instead of the usage text."""
 
@@ -29,13 +32,38 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already states it or there is none
+    to state (no value, a switch that is off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if not action.option_strings or default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default {shown})".replace("%", "%%") if text else f"default {shown}".replace("%", "%%")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"medreco {version('medreco')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "medreco (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="medreco", description="Comparative reasoning in radiology.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    parser = _Parser(prog="medreco", description="Comparative reasoning in radiology.", formatter_class=_HelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for spec in COMMANDS:
-        command = commands.add_parser(spec.name, help=spec.help)
+        command = commands.add_parser(spec.name, help=spec.help, description=spec.help, formatter_class=_HelpFormatter)
         spec.arguments(command)
+        # -v after the command too; SUPPRESS keeps a -v given before it
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
         command.set_defaults(handler=spec.run)
     return parser
 

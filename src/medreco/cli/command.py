@@ -43,6 +43,41 @@ def inference_device(args: argparse.Namespace):
     return InferenceDevice(args.device, args.dtype, getattr(args, "device_map", None))
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (`--top-k 0` is refused in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def modality(text: str) -> str:
+    """An argparse type: a canonical modality (`chest_ct`) from its name or an alias (`cxr`, `DX`, `MR`,
+    `chest x-ray`; any case), as manifests take them; `CT` alone is refused, naming the choices."""
+    from ..data.reports.ontology import canonical_modality
+
+    try:
+        return canonical_modality(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def modality_or_family(text: str) -> str:
+    """`modality`, or a vocabulary family that several modalities share (`CT`: chest and abdominal)."""
+    from ..data.reports.ontology import MODALITY_FAMILY
+
+    families = {family.lower(): family for family in MODALITY_FAMILY.values()}
+    return families.get(text.strip().lower()) or modality(text)
+
+
+def modalities(text: str) -> tuple[str, ...]:
+    """A comma-separated list of `modality` names."""
+    return tuple(modality(name) for name in names(text))
+
+
 def names(text: str) -> tuple[str, ...]:
     """ "a, b" -> ("a", "b")"""
     return tuple(name.strip() for name in text.split(",") if name.strip())

@@ -7,20 +7,23 @@ import argparse
 import dataclasses
 import json
 
-from .command import Command, names
+from .command import Command, modalities, modality_or_family, names, positive_int
 
 
 def _phantom_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--patients", type=int, default=20)
+    parser.add_argument("--patients", type=positive_int, default=20, help="synthetic patients")
     parser.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
     parser.add_argument(
         "--modalities",
+        type=modalities,
         default="chest_xray,chest_ct",
-        help="comma-separated: chest_xray, chest_ct, abdominal_ct, brain_mri, ultrasound",
+        help="comma-separated: chest_xray, chest_ct, abdominal_ct, brain_mri, ultrasound (or aliases: cxr, MR, US)",
     )
-    parser.add_argument("--size", choices=["tiny", "small", "paper"], default="small")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--size", choices=["tiny", "small", "paper"], default="small", help="image sizes: tiny (40 px), small, paper"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the cohort")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -31,7 +34,7 @@ def _phantom(args: argparse.Namespace) -> int:
     config = PhantomConfig(
         num_patients=args.patients,
         studies_per_patient=args.studies,
-        modalities=tuple(args.modalities.split(",")),
+        modalities=args.modalities,
         size=args.size,
         seed=args.seed,
     )
@@ -41,13 +44,15 @@ def _phantom(args: argparse.Namespace) -> int:
 
 
 def _entities_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--modality", help="a modality (chest_ct) or family (CT)")
-    parser.add_argument("--level", choices=["anatomy", "abnormal", "disease"])
+    parser.add_argument(
+        "--modality", type=modality_or_family, help="a modality (chest_ct, or an alias: cxr, MR) or family (CT)"
+    )
+    parser.add_argument("--level", choices=["anatomy", "abnormal", "disease"], help="only entities of this level")
     parser.add_argument("--extra", help="a JSON file extending the vocabulary")
     parser.add_argument(
         "--paper-only", action="store_true", help="the paper's vocabulary alone (without the shipped common findings)"
     )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _entities(args: argparse.Namespace) -> int:
@@ -104,13 +109,13 @@ def _mine_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="instead: this many pairs per study of each (modality, split), so families count by their studies",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the patient split and the question sampling")
     parser.add_argument(
         "--shard",
         help="decompose only shard I of N (I from 0) into OUT/shard-IIII-of-NNNN, then `medreco mine merge`; "
         "auto/N takes I from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX",
     )
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     _llm_arguments(parser)
 
 

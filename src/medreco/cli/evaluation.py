@@ -12,10 +12,10 @@ from .command import Command, device_arguments, inference_device
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="stage-1 output folder or Hub repository")
-    parser.add_argument("--mined", required=True)
-    parser.add_argument("--reranker")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--rerank-top", type=int, default=10)
+    parser.add_argument("--mined", required=True, help="mined folder whose retrieval benchmark is scored")
+    parser.add_argument("--reranker", help="reranker folder: also score entity+rerank")
+    parser.add_argument("--split", default="test", help="the benchmark split to score")
+    parser.add_argument("--rerank-top", type=int, default=10, help="candidates the reranker rescores")
     parser.add_argument(
         "--clip-model",
         action="append",
@@ -33,7 +33,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", help="write the per-query results and summary (JSON)")
     device_arguments(parser)
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -101,7 +101,7 @@ def _print_probe(result: dict) -> None:
 
 
 def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"])
+    parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"], help="the public evaluation set")
     parser.add_argument("--model", required=True, help="stage-2 output folder or Hub repository")
     parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
     parser.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
@@ -109,7 +109,7 @@ def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="Medical-Diff-VQA split")
     parser.add_argument("--out", help="write the results (JSON)")
     device_arguments(parser, device_map=True)
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _evaluate_public(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .command import Command
+from .command import Command, modality
 
 SERIES_HELP = (
     "in a folder with several series: its SeriesNumber, SeriesInstanceUID (or its start), "
@@ -16,10 +16,10 @@ SERIES_HELP = (
 
 
 def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path")
+    parser.add_argument("path", help="a DICOM file or folder, NIfTI, PNG or JPEG")
     parser.add_argument("--series", help=SERIES_HELP)
     parser.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -56,12 +56,22 @@ def _print_report(report: dict, as_json: bool) -> int:
 
 
 def _preprocess_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path")
-    parser.add_argument("--modality", required=True, help="modality family, e.g. chest_ct or chest_xray")
+    parser.add_argument("path", help="a DICOM file or folder, NIfTI, PNG or JPEG")
+    parser.add_argument(
+        "--modality",
+        required=True,
+        type=modality,
+        help="the image's modality: chest_ct, chest_xray, ... (or cxr, MR, US)",
+    )
     parser.add_argument("--out", required=True, help="output .safetensors file")
     parser.add_argument("--series", help=SERIES_HELP)
-    parser.add_argument("--volume-index", type=int)
-    parser.add_argument("--nan-policy", choices=["raise", "zero"], default="raise")
+    parser.add_argument("--volume-index", type=int, help="volume of a 4D NIfTI")
+    parser.add_argument(
+        "--nan-policy",
+        choices=["raise", "zero"],
+        default="raise",
+        help="NaN voxels: refuse the image, or read them as 0",
+    )
 
 
 def _preprocess(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .command import Command, device_arguments, inference_device
+from .command import Command, device_arguments, inference_device, modality, positive_int
 
 
 def _index_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def _index_arguments(parser: argparse.ArgumentParser) -> None:
         "--commit-every", type=int, default=64, help="studies encoded between commits (a kill loses at most these)"
     )
     device_arguments(parser)
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -52,18 +52,25 @@ def _index(args: argparse.Namespace) -> int:
 
 def _search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", help="query image: DICOM file/folder, NIfTI, PNG/JPEG")
-    parser.add_argument("--index", required=True)
+    parser.add_argument("--index", required=True, help="index folder (medreco index)")
     parser.add_argument("--model", required=True, help="the stage-1 model the index was built with (folder or Hub id)")
-    parser.add_argument("--modality", required=True)
+    parser.add_argument(
+        "--modality",
+        required=True,
+        type=modality,
+        help="the query's modality: chest_ct, chest_xray, ... (or cxr, MR, US)",
+    )
     parser.add_argument("--entity", help="clinical entity text; omit for whole-image retrieval")
     parser.add_argument("--reranker", help="reranker folder (rerank the top candidates)")
-    parser.add_argument("--top-k", type=int, default=5)
-    parser.add_argument("--rerank-top", type=int, default=20)
-    parser.add_argument("--fusion-weight", type=float, default=0.5)
+    parser.add_argument("--top-k", type=positive_int, default=5, help="hits to show")
+    parser.add_argument("--rerank-top", type=positive_int, default=20, help="candidates the reranker rescores")
+    parser.add_argument(
+        "--fusion-weight", type=float, default=0.5, help="weight of the reranker probability in the fused score"
+    )
     parser.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
     parser.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
     parser.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
     device_arguments(parser)
 
 
@@ -80,10 +87,12 @@ def _search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], indent=2))
     else:
-        print(f"{'rank':>4}  {'study':<20} {'cosine':>7} {'reranker':>8} {'fused':>6}")
+        reranked = args.reranker is not None  # without a reranker, the fused score is the cosine's
+        print(f"{'rank':>4}  {'study':<20} {'cosine':>7}" + (f" {'reranker':>8} {'fused':>6}" if reranked else ""))
         for h in hits:
+            row = f"{h.rank:>4}  {h.study_id:<20} {h.cosine:>7.3f}"
             probability = "-" if h.reranker_probability is None else f"{h.reranker_probability:.3f}"
-            print(f"{h.rank:>4}  {h.study_id:<20} {h.cosine:>7.3f} {probability:>8} {h.fused:>6.3f}")
+            print(row + (f" {probability:>8} {h.fused:>6.3f}" if reranked else ""))
     if args.plot:
         searcher.plot(args.query, args.modality, hits, extras, args.plot, title=args.entity or "whole image")
         print(f"montage written to {args.plot}")
@@ -94,8 +103,8 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("first", help="prior (or query) study")
     parser.add_argument("second", help="current (or reference) study")
     parser.add_argument("--model", required=True, help="stage-2 output folder or Hub repository")
-    parser.add_argument("--question", required=True)
-    parser.add_argument("--modality", default="chest_xray")
+    parser.add_argument("--question", required=True, help="the question about the two studies")
+    parser.add_argument("--modality", type=modality, default="chest_xray", help="the studies' modality (or an alias)")
     parser.add_argument("--labels", nargs=2, default=["Case A", "Case B"], help="names of the two images")
     parser.add_argument(
         "--entity",

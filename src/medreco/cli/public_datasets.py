@@ -8,7 +8,7 @@ from .command import Command
 
 
 def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", choices=["mimic-cxr", "ct-rate"])
+    parser.add_argument("dataset", choices=["mimic-cxr", "ct-rate"], help="the public dataset in its published layout")
     parser.add_argument("root", help="the dataset's root folder")
     parser.add_argument("--out", required=True, help="manifest .jsonl to write (CT-RATE: also OUT_STEM.volumes/)")
     parser.add_argument(

@@ -9,7 +9,7 @@ from .command import Command
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stage", choices=["stage1", "reranker", "stage2"])
+    parser.add_argument("stage", choices=["stage1", "reranker", "stage2"], help="the stage to train")
     parser.add_argument("--config", required=True, help="recipe file, or a built-in recipe: tiny, demo, paper")
     parser.add_argument("--mined", help="mined data folder (sets data.mined_dir)")
     parser.add_argument("--out", help="output folder (sets run.output_dir)")

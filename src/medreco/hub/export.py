@@ -18,7 +18,8 @@ from transformers.processing_utils import ProcessorMixin
 
 from ..errors import MedReCoError
 from ..factory import family_of, model_class_of
-from ..processing import MedReCoRetrievalProcessor
+from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
+from ..processing.from_config import needs_processor_from_config
 from .card import model_card, write_model_card
 
 
@@ -44,9 +45,18 @@ def export_for_remote_code(
 
 def load_processor(folder: str | Path, family: str) -> ProcessorMixin | BaseImageProcessor | None:
     """The processor saved in a model folder: the VLM's or retrieval model's processor, or the image
-    processor alone (vision encoder, reranker); None when the folder holds none. Folders written
+    processor alone (vision encoder, reranker); for a folder saved without one, the processor its
+    config implies (`medreco.processing.from_config`; the reranker needs none). Folders written
     before the retrieval processor existed (tokenizer and image settings side by side) are paired up."""
     folder = Path(folder)
+    if needs_processor_from_config(folder):  # saved without one: the processor its config implies
+        if family == "reranker":
+            return None  # it reads the retrieval model's features, not images
+        return (
+            MedReCoImageProcessor.from_pretrained(folder)
+            if family == "vision"
+            else AutoProcessor.from_pretrained(folder)
+        )
     if (folder / "processor_config.json").exists():
         return AutoProcessor.from_pretrained(folder)
     if not (folder / "preprocessor_config.json").exists():

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer
 
 from ..hub.download import model_folder
 from ..modeling import MedReCoModel, MedReCoReranker, select_top_tokens
-from ..processing import MedReCoImageProcessor
+from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .device import InferenceDevice
 
 logger = logging.getLogger(__name__)
@@ -58,8 +57,8 @@ class RetrievalEncoder:
         if not (folder / "config.json").exists():
             raise FileNotFoundError(f"{folder}: not a saved retrieval model (no config.json)")
         model = MedReCoModel.from_pretrained(folder)
-        image_processor = MedReCoImageProcessor.from_pretrained(folder, **processor_kwargs)
-        return cls(model, AutoTokenizer.from_pretrained(folder), image_processor, placement)
+        processor = MedReCoRetrievalProcessor.from_pretrained(folder, **processor_kwargs)  # or from its config
+        return cls(model, processor.tokenizer, processor.image_processor, placement)
 
     @property
     def device(self) -> torch.device:

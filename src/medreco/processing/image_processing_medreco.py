@@ -57,6 +57,11 @@ class MedReCoImageProcessorKwargs(TypedDict, total=False):
     allow_uneven_spacing: bool
 
 
+def image_processor_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The settings among `from_pretrained`'s keyword arguments (not the Hub's: revision, token, ...)."""
+    return {k: v for k, v in kwargs.items() if k in MedReCoImageProcessorKwargs.__annotations__}
+
+
 class MedReCoImageProcessor(BaseImageProcessor):
     """Preprocess medical images for the MedReCo models.
 
@@ -108,6 +113,17 @@ class MedReCoImageProcessor(BaseImageProcessor):
                 ModalityRecipe.from_dict(self.recipes[name])
             except (TypeError, ValueError) as error:
                 raise ValueError(f"preprocessing recipe of {name!r}: {error}") from None
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """The saved image processor; for a model folder saved without one, the one its config implies
+        (`medreco.processing.from_config`)."""
+        from .from_config import image_processor_for, needs_processor_from_config, read_model_config, vision_config_of
+
+        if needs_processor_from_config(pretrained_model_name_or_path):
+            config = read_model_config(pretrained_model_name_or_path)
+            return image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         # tensor_cache_dir is a setting of this machine, not of the model: it is never saved or shared

@@ -24,7 +24,7 @@ from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
 from ..errors import UnknownEntityError
-from .image_processing_medreco import MedReCoImageProcessor
+from .image_processing_medreco import MedReCoImageProcessor, image_processor_kwargs
 from .remote_code import ProcessorCodeMixin
 
 IMAGE_TOKEN, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
@@ -104,6 +104,27 @@ class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
         self.default_modality = default_modality
         self.entity_vocabulary = list(entity_vocabulary) if entity_vocabulary else None
         super().__init__(image_processor, tokenizer, chat_template=chat_template or CHAT_TEMPLATE)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> MedReCoProcessor:
+        """The saved processor; for a VLM folder saved without one, the one its config implies: the
+        image processor sized to its vision encoder, the tokenizer saved in the folder or, for a
+        language model built from a preset, word pieces sized to it (`medreco.processing.from_config`)."""
+        from .from_config import (
+            image_processor_for,
+            needs_processor_from_config,
+            read_model_config,
+            vision_config_of,
+            vlm_processor_fields,
+            vlm_tokenizer,
+        )
+
+        if not needs_processor_from_config(pretrained_model_name_or_path):
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        config = read_model_config(pretrained_model_name_or_path)
+        image_processor = image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
+        tokenizer = vlm_tokenizer(config, pretrained_model_name_or_path)
+        return cls(image_processor, tokenizer, **vlm_processor_fields(config))
 
     @property
     def image_token_id(self) -> int:
