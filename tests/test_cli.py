@@ -110,3 +110,71 @@ def test_version_verbose_anywhere_and_every_option_explained(capsys):
                 if f"default {shown}" not in text and "default" not in action.help:
                     undefaulted.append(f"{name} {action.option_strings[-1]}")
     assert unexplained == [] and undefaulted == []
+
+
+def test_the_ablate_help_names_every_ablation():
+    """The help text is written out (building the parser imports no training code): it must list them all."""
+    from medreco.cli import build_parser
+    from medreco.demo.ablation import ABLATIONS
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    text = " ".join(commands["ablate"].format_help().split()).replace("- ", "-")  # argparse wraps at hyphens
+    assert all(ablation.name in text for ablation in ABLATIONS)
+
+
+def test_the_cached_parameter_counts_are_those_of_the_preset_files():
+    """`medreco info` reads the packaged presets' counts from a file: they must be what the models have
+    (after changing a preset, `medreco.factory.write_parameter_counts()` rewrites it)."""
+    from medreco.factory import FAMILIES, PRESETS, parameter_summary
+    from medreco.presets import cached_parameter_counts
+
+    for preset in PRESETS:
+        cached = cached_parameter_counts(preset)
+        assert cached is not None, (
+            f"{preset}: stale parameter_counts.json; run medreco.factory.write_parameter_counts()"
+        )
+        assert cached == {family: parameter_summary(family, preset) for family in FAMILIES}
+
+
+def test_a_changed_preset_is_counted_again(tmp_path, monkeypatch):
+    from medreco import presets
+
+    changed = tmp_path / "tiny.json"
+    changed.write_text(
+        presets.PRESET_FILES["tiny"]["file"].read_text().replace('"hidden_size": 32', '"hidden_size": 64')
+    )
+    monkeypatch.setitem(presets.PRESET_FILES, "tiny", {**presets.PRESET_FILES["tiny"], "file": changed})
+    assert presets.cached_parameter_counts("tiny") is None and presets.cached_parameter_counts("paper") is not None
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["entities", "--modality", "cxr"], ["info", "--preset", "paper"], ["inspect", "{png}"]]
+)
+def test_the_commands_that_read_no_model_start_without_torch(argv, tmp_path):
+    """Their start-up time is measured in benchmarks/cli_startup.py; here, what makes it: torch,
+    transformers and the models are not imported at all (`python -X importtime` lists every import)."""
+    from hub_ready import write_png
+
+    png = str(write_png(tmp_path / "image.png"))
+    argv = [png if a == "{png}" else a for a in argv]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "medreco", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")
+    }
+    assert not {"torch", "transformers", "medreco.modeling", "medreco.factory"} & imported
+
+
+def test_every_lazy_package_exports_what_it_lists():
+    """`__all__` and the `if TYPE_CHECKING:` imports name the same things, and each loads."""
+    import importlib
+
+    from medreco.lazy import exported_names
+
+    for name in ("medreco", "medreco.processing", "medreco.inference", "medreco.data.reports"):
+        package = importlib.import_module(name)
+        listed = set(exported_names(package.__file__))
+        assert listed <= set(package.__all__) and set(package.__all__) - listed <= set(vars(package)), name
+        assert all(getattr(package, export) is not None for export in listed)

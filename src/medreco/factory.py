@@ -7,7 +7,6 @@ the same way. Any config field can be overridden by keyword."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import torch
 from transformers import BertConfig, PreTrainedConfig, PreTrainedModel
 
-from .errors import PresetError
 from .modeling import (
     MedReCoConfig,
     MedReCoForConditionalGeneration,
@@ -26,6 +24,7 @@ from .modeling import (
     MedReCoVisionModel,
     MedReCoVLMConfig,
 )
+from .presets import FAMILIES, MODEL_CONFIGS, PARAMETER_COUNTS, PRESET_FILES, PRESETS, preset_digest, preset_fields
 from .processing import MedReCoImageProcessor, MedReCoProcessor, MedReCoRetrievalProcessor
 from .processing.from_config import (
     BUNDLED_TEXT_ENCODER,
@@ -48,43 +47,7 @@ _FAMILIES: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedModel]]] = {
     "reranker": (MedReCoRerankerConfig, MedReCoReranker),
     "vlm": (MedReCoVLMConfig, MedReCoForConditionalGeneration),
 }
-FAMILIES = tuple(_FAMILIES)
-
-MODEL_CONFIGS = Path(__file__).parent / "model_configs"
-"""The size presets, one JSON file each (`{"description": ..., "families": {family: config fields}}`),
-listed by `medreco info`; `create_config` also takes the path of a file of that form."""
-
-
-def _read_preset(path: Path) -> dict[str, Any]:
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PresetError(f"{path}: not a readable preset file ({error})") from None
-    families = content.get("families") if isinstance(content, dict) else None
-    if not isinstance(families, dict) or not all(isinstance(v, dict) for v in families.values()):
-        raise PresetError(f'{path}: a preset is {{"description": "...", "families": {{family: {{config fields}}}}}}')
-    unknown = sorted(set(families) - set(FAMILIES))
-    if unknown:
-        raise PresetError(f"{path}: unknown model families {unknown}; choose from {FAMILIES}")
-    return {"description": str(content.get("description", "")), "families": families, "file": path}
-
-
-PRESET_FILES: dict[str, dict[str, Any]] = {
-    path.stem: _read_preset(path) for path in sorted(MODEL_CONFIGS.glob("*.json"))
-}
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {name: preset["families"] for name, preset in PRESET_FILES.items()}
-
-
-def preset_fields(preset: str | Path, family: str) -> dict[str, Any]:
-    """A copy of the config fields of `family` in a packaged preset (by name) or a preset file (by path)."""
-    if str(preset) in PRESETS:
-        families = PRESETS[str(preset)]
-    elif str(preset).endswith(".json"):
-        families = _read_preset(Path(preset).expanduser())["families"]
-    else:
-        raise ValueError(f"unknown preset {str(preset)!r}; choose from {sorted(PRESETS)} or give a preset .json file")
-    return copy.deepcopy(families.get(family, {}))
-
+assert tuple(_FAMILIES) == FAMILIES, "presets.FAMILIES names the families of _FAMILIES"
 
 BUNDLED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled package holds
 
@@ -175,6 +138,19 @@ def create_processor(
     return MedReCoProcessor(image_processor, tokenizer or vlm_tokenizer(fields), **vlm_processor_fields(fields))
 
 
+def write_parameter_counts() -> Path:
+    """Count every packaged preset's parameters into `presets.PARAMETER_COUNTS` (what `medreco info`
+    reads), with the SHA-256 of each preset file; run after changing a preset."""
+    from .atomic import write_text_atomically
+
+    counts = {
+        name: {"sha256": preset_digest(name), "families": {f: parameter_summary(f, name) for f in FAMILIES}}
+        for name in PRESET_FILES
+    }
+    PARAMETER_COUNTS.parent.mkdir(parents=True, exist_ok=True)
+    return write_text_atomically(PARAMETER_COUNTS, json.dumps(counts, indent=2) + "\n")
+
+
 def parameter_summary(family: str, preset: str | Path) -> dict[str, int]:
     """Total and per-modality active parameter counts, computed without allocating weights."""
     config = create_config(family, preset)
@@ -200,5 +176,6 @@ __all__ = [
     "model_class_of",
     "parameter_summary",
     "preset_fields",
+    "write_parameter_counts",
     "resolve_text_encoder",
 ]

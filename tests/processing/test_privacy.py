@@ -85,6 +85,20 @@ def test_deidentify_removes_identity_and_keeps_pixels(tmp_path):
     np.testing.assert_array_equal(load_image(tmp_path / "clean").array, load_image(tmp_path / "ct").array)
 
 
+def test_deidentify_warns_of_its_public_salt_and_summarises_what_it_skipped(tmp_path, capsys):
+    write_series(tmp_path / "archive" / "ct", box_phantom(shape=(2, 8, 8), box=((0, 1), (0, 4), (0, 4))))
+    for i in range(7):
+        (tmp_path / "archive" / f"report{i}.txt").write_text("No effusion.\n")
+    assert main(["deidentify", str(tmp_path / "archive"), str(tmp_path / "public")]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: no --salt" in err and "2 file(s) written" in out
+    assert out.count("report") == 5 and "and 2 more" in out  # seven skipped files, five named
+    assert main(["deidentify", str(tmp_path / "archive"), str(tmp_path / "secret"), "--salt", "s3cret"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    public, secret = (pydicom.dcmread(next((tmp_path / d / "ct").glob("*.dcm"))) for d in ("public", "secret"))
+    assert public.SOPInstanceUID != secret.SOPInstanceUID  # the salt is what makes them unguessable
+
+
 def test_single_file_deidentification_is_atomic_and_repeatable(tmp_path):
     files = write_series(tmp_path / "ct", box_phantom(shape=(2, 8, 8), box=((0, 1), (0, 4), (0, 4))))
     first = deidentify_file(files[0], tmp_path / "a.dcm", salt="s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_paths(args)
         return args.handler(args)
+    except BrokenPipeError:  # the reader of the output stopped early (`medreco info | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (MedReCoError, ValueError, OSError, ImportError, StrictDataclassError) as error:
         print(f"medreco {args.command}: error: {failure_line(error)}", file=sys.stderr)
         return 2

@@ -59,12 +59,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..demo.ablation import ABLATIONS
-
     _demo_arguments(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default: 0)")
     parser.add_argument(
-        "--only", type=names, help=f"comma-separated ablations (default: all: {', '.join(a.name for a in ABLATIONS)})"
+        "--only",
+        type=names,
+        help="comma-separated ablations (default: all): holistic-trained, shared-mlp, no-statement-alignment, "
+        "triplet, blind, no-entity-tokens",
     )
 
 

@@ -91,18 +91,33 @@ def _deidentify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a DICOM file or a folder")
     parser.add_argument("destination", help="output file or folder")
     parser.add_argument(
-        "--salt", default="medreco", help="secret that makes pseudonymous UIDs unguessable (set your own)"
+        "--salt",
+        help="secret that makes the pseudonymous UIDs unguessable; keep it, and the same across exports "
+        "(default: a public one, with a warning)",
     )
+
+
+SKIPPED_SHOWN = 5  # per reason; the rest are counted
 
 
 def _deidentify(args: argparse.Namespace) -> int:
     """Copy DICOM files de-identified to the DICOM PS3.15 Basic Profile (UIDs pseudonymised)."""
-    from ..processing import deidentify_tree
+    from ..processing.privacy import DEFAULT_SALT, deidentify_tree
 
-    report = deidentify_tree(args.source, args.destination, salt=args.salt)
+    report = deidentify_tree(args.source, args.destination, salt=args.salt or DEFAULT_SALT)
+    if not args.salt:  # after the work: a failure stays one line
+        print(
+            f"medreco deidentify: warning: no --salt, so the public default ({DEFAULT_SALT!r}) was used: anyone "
+            "can recompute these pseudonymous UIDs from the original ones; pass a secret --salt for a real export",
+            file=sys.stderr,
+        )
     print(f"{len(report.written)} file(s) written under {args.destination}, {len(report.skipped)} skipped")
+    by_reason: dict[str, list[str]] = {}
     for relative, reason in report.skipped:
-        print(f"  skipped {relative}: {reason}")
+        by_reason.setdefault(reason, []).append(str(relative))
+    for reason, files in by_reason.items():
+        more = f" and {len(files) - SKIPPED_SHOWN} more" if len(files) > SKIPPED_SHOWN else ""
+        print(f"  skipped ({reason}): {', '.join(files[:SKIPPED_SHOWN])}{more}")
     return 0
 
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import MedReCoError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_CHOICES = ("auto", *DTYPES)
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a device is made, not here: the CLI reads these names for its help
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_CHOICES = ("auto", *DTYPE_NAMES)
 DEVICE_HELP = "auto (a CUDA GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
 
 
@@ -27,6 +30,8 @@ class DeviceError(MedReCoError, ValueError):
 
 
 def _cuda_summary() -> str:
+    import torch
+
     build = torch.version.cuda or "none (a CPU build)"
     return f"torch {torch.__version__}, CUDA {build}, {torch.cuda.device_count()} GPU(s) visible"
 
@@ -34,6 +39,8 @@ def _cuda_summary() -> str:
 def parse_device(name: str) -> torch.device:
     """The torch device `name` means on this machine; "auto" is the current CUDA GPU (the first,
     unless the process chose another) if torch sees one, else the CPU."""
+    import torch
+
     text = str(name).strip().lower()
     if text == "auto":
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -83,8 +90,10 @@ class InferenceDevice:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        import torch
+
         if self.dtype != "auto":
-            return DTYPES[self.dtype]
+            return getattr(torch, self.dtype)
         device = self.torch_device
         if device.type != "cuda":
             return torch.float32
@@ -92,6 +101,8 @@ class InferenceDevice:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed precision for a forward pass on this device (nothing at float32)."""
+        import torch
+
         dtype = self.torch_dtype
         if dtype == torch.float32:
             return contextlib.nullcontext()
@@ -115,7 +126,4 @@ class InferenceDevice:
         return f"{placed}, {str(self.torch_dtype).removeprefix('torch.')}"
 
 
-CPU = InferenceDevice("cpu", "float32")
-
-
-__all__ = ["CPU", "DEVICE_HELP", "DTYPE_CHOICES", "DeviceError", "InferenceDevice", "parse_device"]
+__all__ = ["DEVICE_HELP", "DTYPE_CHOICES", "DeviceError", "InferenceDevice", "parse_device"]

@@ -7,6 +7,7 @@ images become `pixel_values` / `modality_ids`, texts (reports, entity names or p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
@@ -29,23 +30,13 @@ class MedReCoRetrievalProcessor(ProcessorCodeMixin, ProcessorMixin):
         super().__init__(image_processor, tokenizer)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> MedReCoRetrievalProcessor:
-        """The saved processor; for a model folder saved without one, the one its config implies: the
-        image processor sized to its vision encoder, the tokenizer saved in the folder or of the text
-        encoder the config names (`medreco.processing.from_config`)."""
-        from .from_config import (
-            image_processor_for,
-            needs_processor_from_config,
-            read_model_config,
-            retrieval_tokenizer,
-            vision_config_of,
-        )
+    def from_model_config(cls, config: dict, folder: str | Path | None = None, **kwargs) -> MedReCoRetrievalProcessor:
+        """The processor a retrieval model's config implies: the image processor sized to its vision
+        encoder, the tokenizer saved in `folder` or of the text encoder the config names."""
+        from .from_config import image_processor_for, retrieval_tokenizer, vision_config_of
 
-        if not needs_processor_from_config(pretrained_model_name_or_path):
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        config = read_model_config(pretrained_model_name_or_path)
         image_processor = image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
-        return cls(image_processor, retrieval_tokenizer(config, pretrained_model_name_or_path))
+        return cls(image_processor, retrieval_tokenizer(config, folder))
 
     def __call__(
         self,

@@ -17,6 +17,7 @@ token) and the inputs hold `entity_ids` (the entity's row in the vocabulary, -1 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,25 +107,13 @@ class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
         super().__init__(image_processor, tokenizer, chat_template=chat_template or CHAT_TEMPLATE)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> MedReCoProcessor:
-        """The saved processor; for a VLM folder saved without one, the one its config implies: the
-        image processor sized to its vision encoder, the tokenizer saved in the folder or, for a
-        language model built from a preset, word pieces sized to it (`medreco.processing.from_config`)."""
-        from .from_config import (
-            image_processor_for,
-            needs_processor_from_config,
-            read_model_config,
-            vision_config_of,
-            vlm_processor_fields,
-            vlm_tokenizer,
-        )
+    def from_model_config(cls, config: dict, folder: str | Path | None = None, **kwargs) -> MedReCoProcessor:
+        """The processor a VLM's config implies: the image processor sized to its vision encoder, the
+        tokenizer saved in `folder` or, for a language model built from a preset, word pieces sized to it."""
+        from .from_config import image_processor_for, vision_config_of, vlm_processor_fields, vlm_tokenizer
 
-        if not needs_processor_from_config(pretrained_model_name_or_path):
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        config = read_model_config(pretrained_model_name_or_path)
         image_processor = image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
-        tokenizer = vlm_tokenizer(config, pretrained_model_name_or_path)
-        return cls(image_processor, tokenizer, **vlm_processor_fields(config))
+        return cls(image_processor, vlm_tokenizer(config, folder), **vlm_processor_fields(config))
 
     @property
     def image_token_id(self) -> int:

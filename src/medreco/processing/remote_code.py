@@ -162,7 +162,17 @@ def save_with_code(
 
 class ProcessorCodeMixin:
     """For a `ProcessorMixin` with an image processor: `save_pretrained` also writes the code of the
-    processor and of its image processor, flat, with their `auto_map` entries."""
+    processor and of its image processor, flat, with their `auto_map` entries; `from_pretrained` of a
+    model folder saved without a processor builds the one its config implies (`from_model_config`)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        from .from_config import needs_processor_from_config, read_model_config
+
+        if not needs_processor_from_config(pretrained_model_name_or_path):
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        config = read_model_config(pretrained_model_name_or_path)
+        return cls.from_model_config(config, pretrained_model_name_or_path, **kwargs)
 
     def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, **kwargs: Any) -> Any:
         """The processor's files, plus its code for `trust_remote_code=True` loading."""
