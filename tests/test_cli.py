@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import medreco
 from conftest import tiny_model
@@ -178,3 +179,64 @@ def test_every_lazy_package_exports_what_it_lists():
         listed = set(exported_names(package.__file__))
         assert listed <= set(package.__all__) and set(package.__all__) - listed <= set(vars(package)), name
         assert all(getattr(package, export) is not None for export in listed)
+
+
+def test_preprocess_matches_a_model_or_preset_with_window_and_dtype(tmp_path, capsys):
+    """`medreco preprocess` writes what a given model reads: its size (a saved folder, with or without
+    its processor, or a preset), an optional CT window, the dtype asked for; a folder as --out is
+    refused before the image is read."""
+    import stat
+
+    from safetensors import safe_open
+
+    from io_helpers import box_phantom, write_nifti_volume
+
+    ct = write_nifti_volume(tmp_path / "ct.nii.gz", box_phantom(), spacing=(20.0, 8.0, 8.0))  # the box fills voxels
+    medreco.create_model("vision", "tiny").save_pretrained(tmp_path / "vision")  # no processor saved
+    written = {}
+    for name, extra in {
+        "preset": ["--preset", "tiny"],
+        "model": ["--model", str(tmp_path / "vision")],
+        "window": ["--preset", "tiny", "--window", "300,500", "--dtype", "float16"],
+    }.items():
+        out = tmp_path / f"{name}.safetensors"
+        assert main(["preprocess", str(ct), "--modality", "chest_ct", "--out", str(out), *extra]) == 0
+        with safe_open(out, "pt") as tensors:
+            written[name] = tensors.get_tensor("pixel_values")
+        assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
+    assert written["preset"].shape == written["model"].shape == (1, 8, 40, 40)
+    assert torch.equal(written["preset"], written["model"])
+    assert written["window"].dtype == torch.float16
+    # the box (400 HU): 0.7 of the default window [-1000, 1000], 0.5 of [300, 500]
+    assert written["preset"].max() == pytest.approx(0.7, abs=0.01)
+    assert written["window"].float().max() == pytest.approx(0.5, abs=0.01)
+    assert "(1, 8, 40, 40) float16" in capsys.readouterr().out
+    (tmp_path / "a-folder").mkdir()
+    assert main(["preprocess", str(ct), "--modality", "chest_ct", "--out", str(tmp_path / "a-folder")]) == 2
+    assert "a folder; --out names the .safetensors file" in capsys.readouterr().err
+    png = tmp_path / "x.png"
+    from hub_ready import write_png
+
+    write_png(png)
+    argv = ["preprocess", str(png), "--modality", "cxr", "--out", str(tmp_path / "x.safetensors"), "--window", "0,1"]
+    assert main(argv) == 2 and "--window is a CT window" in capsys.readouterr().err
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_entities_shows_names_a_reader_reads(capsys):
+    assert main(["entities", "--modality", "CT"]) == 0
+    out = capsys.readouterr().out
+    assert "_" not in out and "liver / hepatic parenchyma" in out
+
+
+def test_phantom_refuses_no_studies_in_the_options_words(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["phantom", "--out", "x", "--studies", "0"])
+    assert exit_.value.code == 2 and "--studies: 0 is not at least 1" in capsys.readouterr().err

@@ -309,3 +309,39 @@ def test_one_modality_vocabulary_in_every_command(runner, places, tmp_path):
     argv = ["entities", "--modality", "CT", "--json"]  # a family: chest and abdominal CT entities
     assert runner.run({"argv": argv, "stdout": str(tmp_path / "ct.json")}, log)["code"] == 0
     assert json.loads((tmp_path / "cxr.json").read_text()) and json.loads((tmp_path / "ct.json").read_text())
+
+
+def test_index_and_search_edges_are_one_line_naming_what_is_wrong(runner, places, tmp_path):
+    """A folder that is not an index (named before the model is read), a modality the index lacks
+    (naming what it holds), an archive none of whose images can be read."""
+    search = ["search", places["png"], "--model", places["retrieval"]]
+    manifest = tmp_path / "unreadable.jsonl"
+    manifest.write_text(json.dumps({"image": places["text"], "modality": "chest_xray", "study_id": "S1"}) + "\n")
+    cases = [
+        ([*search, "--index", places["folder"], "--modality", "chest_xray"], [places["folder"], "not an index"]),
+        ([*search, "--index", places["index"], "--modality", "chest_ct"], ["no chest_ct studies", "holds chest_xray"]),
+        (
+            ["index", "--model", places["retrieval"], "--manifest", str(manifest), "--out", str(tmp_path / "empty")],
+            ["no image could be read", "S1"],
+        ),
+    ]
+    for number, (argv, expected) in enumerate(cases):
+        log = tmp_path / f"stderr-{number}.log"  # the runner appends
+        outcome = runner.run({"argv": argv, "stdout": str(tmp_path / f"stdout-{number}.log")}, log)
+        lines = [line for line in log.read_text().splitlines() if line.strip() and not PROGRESS_BAR.search(line)]
+        assert outcome == {"code": 2, "signal": None} and len(lines) == 1, lines
+        assert all(text in lines[0] for text in expected) and "delete" not in lines[0], lines[0]
+
+
+def test_a_query_from_the_index_leaves_its_own_study_out(runner, places, tmp_path):
+    from medreco.data.mining import MinedData
+
+    study = next(iter(MinedData(places["toy"]).studies.values()))
+    log, out, again = tmp_path / "stderr.log", tmp_path / "hits.json", tmp_path / "with-itself.json"
+    argv = ["search", str(study.image), "--index", places["index"], "--model", places["retrieval"]]
+    argv += ["--modality", "chest_xray", "--json"]
+    assert runner.run({"argv": argv, "stdout": str(out)}, log)["code"] == 0
+    assert study.study_id not in [hit["study_id"] for hit in json.loads(out.read_text())]
+    assert f"left out {study.study_id}, the query itself" in log.read_text()
+    assert runner.run({"argv": [*argv, "--include-query"], "stdout": str(again)}, tmp_path / "again.log")["code"] == 0
+    assert json.loads(again.read_text())[0]["study_id"] == study.study_id  # itself, first

@@ -65,6 +65,22 @@ def fsync_tree(folder: str | Path) -> None:
         fsync_path(root)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | Path) -> None:
+    """Give a written file (or every file and folder under a written folder) the mode the umask
+    gives new files: some writers (safetensors) create theirs readable by the owner alone."""
+    mask, path = _umask(), Path(path)
+    for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if item.is_symlink():
+            continue
+        os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path` to write to; on success it is flushed and replaces `path`.
@@ -79,6 +95,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     )
     try:
         yield temporary
+        follow_umask(temporary)
         fsync_path(temporary)
         fault_point(f"replace {path.name}")
         os.replace(temporary, path)
@@ -91,6 +108,17 @@ def write_text_atomically(path: str | Path, text: str) -> Path:
     """`Path.write_text`, atomically."""
     with atomic_path(path) as temporary:
         temporary.write_text(text)
+    return Path(path)
+
+
+def save_figure(figure, path: str | Path, dpi: int = 110) -> Path:
+    """A matplotlib figure, laid out and written atomically as the image its suffix names; closed after."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=dpi)
+    plt.close(figure)
     return Path(path)
 
 
@@ -133,6 +161,7 @@ def recover_folder(target: str | Path) -> None:
 def commit_folder(temporary: str | Path, target: str | Path) -> Path:
     """Flush the folder `temporary` and swap it in as `target`; the previous `target` is removed."""
     temporary, target = Path(temporary), Path(target)
+    follow_umask(temporary)
     fsync_tree(temporary)
     fault_point(f"commit {target.name}")
     if not target.exists():
@@ -217,6 +246,8 @@ __all__ = [
     "atomic_folder",
     "atomic_path",
     "commit_folder",
+    "follow_umask",
+    "save_figure",
     "fault_point",
     "fsync_path",
     "fsync_tree",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -120,7 +122,7 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
 
 
 def test_demo_writes_reports_figures_and_loadable_models(demo):
-    figures = ("recall_bars", "confusion", "montage", "answerability")
+    figures = ("headline", "recall_bars", "confusion", "montage", "answerability")
     for name in ("report.md", "report.html", *(f"figures/{figure}.png" for figure in figures)):
         assert (demo / name).stat().st_size > 0, name
     report = (demo / "report.md").read_text()
@@ -153,6 +155,23 @@ def test_the_readme_python_blocks_run_on_a_quick_demo(demo, tmp_path, monkeypatc
     answered = run_block(vlm)
     assert isinstance(answered["answer"], str)
     assert answered["output"].shape[1] <= answered["inputs"]["input_ids"].shape[1] + 64
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Chromium (apt-get install chromium)")
+def test_the_report_reads_in_a_real_browser(demo, tmp_path):
+    """report.html in headless Chromium: the page the browser builds leads with the headline table and
+    figure, keeps the full tables in one collapsed section, and its screenshot is not blank."""
+    import matplotlib.image
+
+    page = (demo / "report.html").resolve().as_uri()
+    chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600"]
+    dom = subprocess.run([*chromium, "--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
+    assert dom.index("What the run shows") < dom.index("<table>") < dom.index("<details>")
+    assert dom.count("<details>") == 1 and "data:image/png;base64," in dom
+    shot = tmp_path / "report.png"
+    subprocess.run([*chromium, f"--screenshot={shot}", page], capture_output=True, timeout=120, check=True)
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[0] >= 1000 and pixels.std() > 0.05  # drawn, not an empty page
 
 
 def test_demo_privacy_nothing_identifying_in_outputs(demo):
@@ -309,7 +328,15 @@ def test_markdown_and_html_reports_render_tables(tmp_path):
     sentence = "difference +5.0 points, 95% cluster-bootstrap interval [-2.0, +12.0], sign-flip permutation p = 0.21"
     assert markdown.count(sentence) == 2 and "over 3 patients" in markdown  # retrieval and VQA
     page = html_report(markdown)
-    assert page.count("<table>") == 6  # retrieval, VQA, dimensions, examples, follow-up, wall time
+    assert page.count("<table>") == 7  # headline, retrieval, VQA, dimensions, examples, follow-up, wall time
+    # what a reader wants first: the headline comparisons, then the full tables (collapsed in the page)
+    order = [markdown.index(h) for h in ("## What the run shows", "## Full results", "## Controllable retrieval")]
+    assert order == sorted(order)
+    headline = "| retrieval Recall@1: entity-conditioned | 4 queries | 50.0 | holistic (same model) | 50.0 | +5.0"
+    assert headline in markdown
+    assert "| closed VQA, all questions: VLM | 2 questions |" in markdown
+    assert page.index("<details>") < page.index("Controllable retrieval") and page.count("<details>") == 1
+    assert "`" not in page  # markdown code spans render as code, not as backticks
     assert "r &lt;b&gt;" in page and "<b>" not in page  # text is escaped
     figure = tmp_path / "figures" / "plot.png"
     figure.parent.mkdir()

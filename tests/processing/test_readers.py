@@ -497,3 +497,27 @@ def test_load_image_reads_with_the_first_reader_that_takes_the_path(tmp_path):
     reader = NiftiReader(ReaderOptions())
     image = reader.get_data(reader.read(path))
     assert np.array_equal(image.array, load_image(path).array) and np.allclose(image.geometry.spacing, (2.0, 0.8, 0.6))
+
+
+def test_a_segmentation_object_is_refused_as_a_mask_not_read_as_an_image(tmp_path):
+    """A DICOM SEG's pixels are segment labels: indexed or trained on as a study's image they would be
+    silent garbage. Refused, naming the file and what it is."""
+    dataset = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    dataset.SOPClassUID = "1.2.840.10008.5.1.4.1.1.66.4"
+    dataset.file_meta.MediaStorageSOPClassUID = dataset.SOPClassUID
+    dataset.Modality = "SEG"
+    dataset.save_as(tmp_path / "seg.dcm")
+    with pytest.raises(UnsupportedImageError, match=r"Segmentation \(SEG\) object: a mask, not an image") as error:
+        load_image(tmp_path / "seg.dcm")
+    assert str(tmp_path / "seg.dcm") in str(error.value)
+
+
+def test_inspect_describes_a_4d_nifti_and_says_how_to_pick_a_volume(capsys):
+    import json
+
+    from medreco.cli import main
+
+    path = Path(nib.__file__).parent / "tests" / "data" / "example4d.nii.gz"
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["volumes"] == 2 and "--volume-index" in report["note"] and len(report["shape"]) == 3

@@ -13,7 +13,9 @@ from .command import Command, modalities, modality_or_family, names, positive_in
 def _phantom_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--patients", type=positive_int, default=20, help="synthetic patients")
-    parser.add_argument("--studies", type=int, default=2, help="studies per patient and modality (time points)")
+    parser.add_argument(
+        "--studies", type=positive_int, default=2, help="studies per patient and modality (time points)"
+    )
     parser.add_argument(
         "--modalities",
         type=modalities,
@@ -64,10 +66,16 @@ def _entities(args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(e) for e in entities], indent=2))
         return 0
     for entity in entities:
-        where = f"  [in {entity.anatomy}]" if entity.anatomy else ""
-        print(f"{entity.family:<6}{entity.level:<9}{entity.term}{where}")
+        where = f"  [in {_shown_name(entity.anatomy)}]" if entity.anatomy else ""
+        print(f"{entity.family:<6}{entity.level:<9}{_shown_name(entity.term)}{where}")
     print(f"{len(entities)} entities")
     return 0
+
+
+def _shown_name(name: str) -> str:
+    """The paper's vocabulary joins a structure and its part with "_" ("Trachea_Tracheal Lumen"):
+    shown as "trachea / tracheal lumen" (the JSON keeps the names as they are)."""
+    return " / ".join(part.strip() for part in name.split("_")).lower()
 
 
 def _mine_arguments(parser: argparse.ArgumentParser) -> None:

@@ -68,7 +68,12 @@ def _search_arguments(parser: argparse.ArgumentParser) -> None:
         "--fusion-weight", type=float, default=0.5, help="weight of the reranker probability in the fused score"
     )
     parser.add_argument("--approximate", action="store_true", help="FAISS HNSW instead of exact search")
-    parser.add_argument("--exclude", action="append", help="study ids to leave out (e.g. the query itself)")
+    parser.add_argument("--exclude", action="append", help="study ids to leave out (repeatable)")
+    parser.add_argument(
+        "--include-query",
+        action="store_true",
+        help="keep the query's own study when the query is an indexed image (left out by default)",
+    )
     parser.add_argument("--plot", help="write a montage with attention heat-maps to this PNG")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     device_arguments(parser)
@@ -76,14 +81,25 @@ def _search_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _search(args: argparse.Namespace) -> int:
     """Rank an index for a query study under an entity (or whole-image), optionally reranked."""
-    from ..inference import GalleryIndex, RerankerScorer, RetrievalEncoder, Searcher
+    from ..inference import GalleryIndex, GalleryIndexError, RerankerScorer, RetrievalEncoder, Searcher
 
     placement = inference_device(args)
+    if not (Path(args.index) / "index.json").is_file():  # before the model is read
+        raise GalleryIndexError(f"{args.index}: not an index (no index.json); build one with medreco index")
     encoder = RetrievalEncoder.from_pretrained(args.model, placement)
     reranker = RerankerScorer.from_pretrained(args.reranker, placement) if args.reranker else None
-    searcher = Searcher(GalleryIndex(args.index, encoder), reranker, args.fusion_weight)
+    index = GalleryIndex(args.index, encoder)
+    index.require_modality(args.modality)
+    exclude = set(args.exclude or [])
+    if not args.include_query and (itself := set(index.studies_of_image(args.query)) - exclude):
+        print(
+            f"medreco search: left out {', '.join(sorted(itself))}, the query itself (--include-query keeps it)",
+            file=sys.stderr,
+        )
+        exclude |= itself
+    searcher = Searcher(index, reranker, args.fusion_weight)
     search = (args.query, args.modality, args.entity, args.top_k, args.rerank_top, args.approximate)
-    hits, extras = searcher.search(*search, exclude=set(args.exclude or []))
+    hits, extras = searcher.search(*search, exclude=exclude)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], indent=2))
     else:

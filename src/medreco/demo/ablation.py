@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import write_text_atomically
+from ..atomic import save_figure, write_text_atomically
 from .pipeline import DemoConfig, Stopwatch, prepare_data, stage_overrides
 
 logger = logging.getLogger(__name__)
@@ -451,11 +451,7 @@ def ablation_plot(result: dict, path: Path) -> Path:
         axis.invert_yaxis()
         axis.set_title(title, fontsize=10)
     axes[-1].legend(fontsize=8)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 __all__ = ["ABLATIONS", "Ablation", "AblationConfig", "ablation_markdown", "run_ablations", "targets"]

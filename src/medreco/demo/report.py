@@ -8,8 +8,9 @@ import base64
 import json
 from pathlib import Path
 
-from ..atomic import write_text_atomically
+from ..atomic import save_figure, write_text_atomically
 from .report_comparison import answerability_lines, answerability_plot, percent, probe_lines
+from .report_headline import headline_lines, headline_plot, headlines
 
 SYSTEMS = ("entity", "entity+rerank", "holistic")
 
@@ -42,11 +43,7 @@ def recall_bars(retrieval: dict, path: Path) -> Path:
         axis.set_title(f"{modality} (n={entry['queries']})", fontsize=10)
     axes[0][0].set_ylabel("recall (95% Wilson CI)")
     axes[0][-1].legend(fontsize=8, loc="upper left")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def confusion_plot(confusion: dict, path: Path) -> Path:
@@ -68,11 +65,7 @@ def confusion_plot(confusion: dict, path: Path) -> Path:
     axis.set_yticks(range(len(labels)), short, fontsize=8)
     axis.set_xlabel("model's answer")
     axis.set_ylabel("true change (from the reports)")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def _clustered_sentence(label: str, test: dict) -> str:
@@ -96,10 +89,12 @@ def markdown_report(metrics: dict) -> str:
     """The report as Markdown (tables and links to the figures)."""
     sections = (
         _overview_lines,
+        headline_lines,
+        _montage_lines,
+        _full_results_lines,
         _retrieval_lines,
         _expert_lines,
         _entity_retrieval_lines,
-        _montage_lines,
         _closed_vqa_lines,
         answerability_lines,
         probe_lines,
@@ -123,19 +118,37 @@ _BASELINE_NAMES = {
 }
 
 
+MODALITY_NAMES = {
+    "chest_xray": "chest X-ray",
+    "chest_ct": "chest CT",
+    "abdominal_ct": "abdominal CT",
+    "brain_mri": "brain MRI",
+    "ultrasound": "ultrasound",
+}
+
+
 def _overview_lines(metrics: dict) -> list[str]:
-    """Title and the cohort the run used."""
+    """Title and the cohort the run used, as it was: its patients, studies and modalities."""
     run = metrics.get("run", {})
     config = run.get("config", {})
     mined = run.get("mined", {})
+    modalities = [MODALITY_NAMES.get(m, m) for m in metrics.get("retrieval", {}) if m != "all"]
     return [
         "# MedReCo demo on the synthetic cohort",
         "",
-        f"{config.get('patients', '?')} synthetic patients ({mined.get('studies', '?')} studies: chest X-ray and "
-        f"chest CT, two time points each); held-out test patients only. Mode: "
-        f"{'quick' if config.get('quick') else 'default'}.",
+        f"{config.get('patients', '?')} synthetic patients, {mined.get('studies', '?')} studies "
+        f"({', '.join(modalities) or 'modalities not recorded'}); every figure on the held-out test patients. "
+        f"Mode: {'quick (too short to learn: a check of the pipeline)' if config.get('quick') else 'default'}.",
         "",
     ]
+
+
+FULL_RESULTS = "Full results"
+
+
+def _full_results_lines(metrics: dict) -> list[str]:
+    """Where the full tables begin (collapsed in the HTML page)."""
+    return [f"## {FULL_RESULTS}", "", "Every table of the run, by part of the system.", ""]
 
 
 def _retrieval_lines(metrics: dict) -> list[str]:
@@ -370,6 +383,10 @@ def html_report(markdown: str, figures_root: str | Path | None = None) -> str:
                     encoded = base64.b64encode((root / source).read_bytes()).decode("ascii")
                     child.attrSet("src", f"data:image/png;base64,{encoded}")
     body = parser.renderer.render(tokens, parser.options, {})
+    full = f"<h2>{FULL_RESULTS}</h2>"
+    if full in body:  # the full tables, collapsed below what the reader wants first
+        first, rest = body.split(full, 1)
+        body = f"{first}<details><summary><h2 style='display:inline'>{FULL_RESULTS}</h2></summary>{rest}</details>"
     style = (
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
         "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
@@ -389,6 +406,7 @@ def write_report(metrics: dict, out: str | Path) -> dict[str, Path]:
     recall_bars(metrics["retrieval"], figures / "recall_bars.png")
     confusion_plot(metrics["longitudinal"]["confusion"], figures / "confusion.png")
     answerability_plot(metrics, figures / "answerability.png")
+    headline_plot(headlines(metrics), figures / "headline.png")
     markdown = markdown_report(metrics)
     paths = {"metrics": out / "metrics.json", "markdown": out / "report.md", "html": out / "report.html"}
     write_text_atomically(paths["metrics"], json.dumps(metrics, indent=1, default=str))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..atomic import save_figure
+
 SYSTEM_NAMES = {
     "vlm": "VLM",
     "blind_vlm": "blind VLM (blank images)",
@@ -185,11 +187,7 @@ def answerability_plot(metrics: dict, path: Path) -> Path | None:
     axis.set_ylim(0, 1)
     axis.set_ylabel("closed accuracy (95% Wilson CI)")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 __all__ = ["answerability_lines", "answerability_plot", "percent", "probe_lines", "swap_lines"]

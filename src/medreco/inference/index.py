@@ -169,6 +169,16 @@ class GalleryIndex:
         """study id -> why its image could not be read, for studies the last runs skipped."""
         return dict(self.meta["unreadable"])
 
+    def studies_of_image(self, image: str | Path) -> list[str]:
+        """The indexed studies whose image is this file or folder (a query taken from the archive)."""
+        wanted = Path(image).resolve()
+        return [study for study, path in self.meta["images"].items() if Path(path).resolve() == wanted]
+
+    def require_modality(self, modality: str) -> None:
+        if modality not in self.meta["studies"]:
+            held = ", ".join(self.modalities()) or "nothing yet"
+            raise GalleryIndexError(f"{self.directory}: no {modality} studies in this index (it holds {held})")
+
     def add(
         self,
         study_ids: Sequence[str],
@@ -325,6 +335,7 @@ class GalleryIndex:
         exclude: set[str] | None = None,
     ) -> list[SearchHit]:
         """The `top_k` studies most similar to a query feature `(d,)` under `entity`."""
+        self.require_modality(modality)
         if not torch.isfinite(query).all():
             raise ValueError("the query feature has NaN or infinite values")
         ids = self.study_ids(modality)
@@ -355,9 +366,10 @@ class GalleryIndex:
         path = self._entity_path(modality, entity)
 
         def build() -> ExactSearch:
+            features = self.entity_features(modality, entity)[0]
             try:
-                return ExactSearch(self.entity_features(modality, entity)[0])
-            except ValueError as error:
+                return ExactSearch(features)
+            except ValueError as error:  # a damaged cache: NaN features
                 raise GalleryIndexError(f"{path}: {error}; delete the file to recompute it") from error
 
         return self._in_memory(path, build)
@@ -407,6 +419,12 @@ def index_archive(
         progress=progress,
         commit_every=commit_every,
     )
+    if not index.modalities():
+        study, reason = next(iter(index.unreadable().items()))
+        raise GalleryIndexError(
+            f"{out}: no image could be read ({len(index.unreadable())} unreadable, listed in index.json; "
+            f"the first, {study}: {reason})"
+        )
     for modality in index.modalities():
         for entity in [None, *entities]:
             index.entity_features(modality, entity)

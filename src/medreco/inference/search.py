@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import save_figure
 from .encoder import RerankerScorer, RetrievalEncoder, fuse_scores
 from .index import GalleryIndex
 
@@ -153,12 +154,7 @@ def plot_montage(
         axis.axis("off")
     if title:
         figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 __all__ = ["RankedStudy", "Searcher", "attention_map", "plot_montage"]

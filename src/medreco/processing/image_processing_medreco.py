@@ -274,15 +274,26 @@ def _read(image: str | Path | InMemoryImage, options: ReaderOptions) -> MedicalI
 
 
 def write_model_input(
-    image: ImageLike, modality: str, out: str | Path, options: ReaderOptions | None = None
+    image: ImageLike,
+    modality: str,
+    out: str | Path,
+    options: ReaderOptions | None = None,
+    processor: MedReCoImageProcessor | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Read and preprocess one image with the default recipes and save its tensor as safetensors
-    (key `pixel_values`, the modality in the metadata), written atomically; returns the tensor."""
-    processor = MedReCoImageProcessor()
+    """Read and preprocess one image with `processor` (default: the paper's recipes; a model's own,
+    `MedReCoImageProcessor.from_pretrained(folder)`, to match it) and save its tensor as safetensors
+    in `dtype` (key `pixel_values`, the modality and its recipe in the metadata), written atomically;
+    returns the tensor as saved."""
+    processor = processor or MedReCoImageProcessor()
     if not isinstance(image, MedicalImage):
         image = _read(image, options or ReaderOptions())
-    tensor = processor.preprocess_one(image, modality)
-    metadata = {"modality": modality, "modality_id": str(processor.modality_id(modality))}
+    tensor = processor.preprocess_one(image, modality).to(dtype)
+    metadata = {
+        "modality": modality,
+        "modality_id": str(processor.modality_id(modality)),
+        "recipe": json.dumps(processor.recipes[modality], sort_keys=True),
+    }
     with atomic_path(out) as temporary:
         save_file({"pixel_values": tensor.contiguous()}, temporary, metadata=metadata)
     return tensor

@@ -98,12 +98,22 @@ def _rescale(dataset: pydicom.Dataset, path: Path) -> tuple[float, float]:
     return (slope or 1.0), intercept
 
 
+# SOP classes whose pixel data are labels (segment masks), by their UID (DICOM PS3.4 Annex B)
+MASK_SOP_CLASSES = {
+    "1.2.840.10008.5.1.4.1.1.66.4": "Segmentation (SEG)",
+    "1.2.840.10008.5.1.4.1.1.66.7": "Label Map Segmentation",
+}
+
+
 def _decode_pixels(dataset: pydicom.Dataset, path: Path, notes: list[str], options: ReaderOptions) -> np.ndarray:
     """The modality values (rescaled, e.g. HU) of every frame, as float32, in the file's own value space:
     MONOCHROME1 is not inverted here (see `_display_convention`)."""
     if not any(keyword in dataset for keyword in PIXEL_DATA_KEYWORDS):
         kind = _attribute(dataset, "Modality") or "non-image"
         raise UnsupportedImageError(path, f"no pixel data (a {kind} object, not an image)")
+    mask = MASK_SOP_CLASSES.get(str(_attribute(dataset, "SOPClassUID") or ""))
+    if mask is not None:  # its pixels are labels, not intensities: never read one as a study's image
+        raise UnsupportedImageError(path, f"a DICOM {mask} object: a mask, not an image; give the series it labels")
     image_type = _attribute(dataset, "ImageType") or []
     if "MOSAIC" in [str(v).upper() for v in (image_type if not isinstance(image_type, str) else [image_type])]:
         raise UnsupportedImageError(

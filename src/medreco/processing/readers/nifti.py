@@ -170,6 +170,12 @@ def read_nifti(
     return reader.get_data(reader.read(Path(path), header_override))
 
 
+def nifti_volume_count(path: str | Path) -> int:
+    """How many volumes a NIfTI file holds (its 4th dimension; 1 for 2D and 3D images), from the header."""
+    shape = _nifti_image(Path(path)).header.get_data_shape()
+    return int(shape[3]) if len(shape) >= 4 else 1
+
+
 def _nifti_image(path: Path) -> nib.Nifti1Image | nib.Nifti2Image:
     """The file's image as nibabel loads it (the header only; the voxels stay on disk)."""
     try:
