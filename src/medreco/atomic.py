@@ -82,8 +82,9 @@ def follow_umask(path: str | Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path` to write to; on success it is flushed and replaces `path`.
+def atomic_path(path: str | Path, mode: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to `path` to write to; on success it is flushed and replaces `path`,
+    with the mode the umask gives new files, or `mode` (e.g. 0o600 for what must stay private).
 
     The temporary name is unique per process and thread, so concurrent writers of the same file
     never share one; the last rename wins and every reader sees a whole file."""
@@ -95,7 +96,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     )
     try:
         yield temporary
-        follow_umask(temporary)
+        if mode is None:
+            follow_umask(temporary)
+        else:
+            os.chmod(temporary, mode)
         fsync_path(temporary)
         fault_point(f"replace {path.name}")
         os.replace(temporary, path)

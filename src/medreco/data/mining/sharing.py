@@ -215,9 +215,9 @@ def push_mined_dataset(
         )
     mapping = {"repo_id": repo_id, "revision": revision, "patients": shared.patients, "studies": shared.studies}
     try:
-        with atomic_path(pseudonyms_file) as pending, tempfile.TemporaryDirectory() as temporary:
+        with atomic_path(pseudonyms_file, mode=0o600) as pending, tempfile.TemporaryDirectory() as temporary:
             pending.write_text(json.dumps(mapping, indent=2, sort_keys=True) + "\n")
-            os.chmod(pending, 0o600)
+            os.chmod(pending, 0o600)  # private from the start, not only once in place
             folder = Path(temporary) / repo_id.split("/")[-1]
             for table, splits in shared.tables.items():
                 for split, rows in splits.items():
