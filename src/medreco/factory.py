@@ -31,10 +31,6 @@ from .processing.from_config import (
     bundled_text_encoder_path,
     image_processor_for,
     resolve_text_encoder,
-    retrieval_tokenizer,
-    vision_config_of,
-    vlm_processor_fields,
-    vlm_tokenizer,
 )
 
 # BUNDLED_TEXT_ENCODER ("bundled:minilm"): the MiniLM sentence encoder shipped inside the
@@ -130,12 +126,10 @@ def create_processor(
     family, fields = family_of(config), config.to_dict()
     if family == "reranker":
         return None
-    image_processor = image_processor_for(vision_config_of(fields), **image_settings)
     if family == "vision":
-        return image_processor
-    if family == "retrieval":
-        return MedReCoRetrievalProcessor(image_processor, tokenizer or retrieval_tokenizer(fields))
-    return MedReCoProcessor(image_processor, tokenizer or vlm_tokenizer(fields), **vlm_processor_fields(fields))
+        return image_processor_for(fields, **image_settings)
+    processor_class = MedReCoRetrievalProcessor if family == "retrieval" else MedReCoProcessor
+    return processor_class.from_model_config(fields, tokenizer=tokenizer, **image_settings)
 
 
 def write_parameter_counts() -> Path:

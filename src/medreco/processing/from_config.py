@@ -121,10 +121,9 @@ def retrieval_tokenizer(config: dict[str, Any], folder: str | Path | None = None
 def preset_vlm_tokenizer(vocab_size: int, image_token_id: int):
     """For a language model built from a preset (no vocabulary of its own): word pieces of the chat
     template's text, at most `vocab_size`, with the image placeholder at `image_token_id`."""
-    tokenizer = train_wordpiece_tokenizer(
+    return train_wordpiece_tokenizer(
         template_texts(), vocab_size, special_tokens=SPECIAL_TOKENS, token_ids={IMAGE_TOKEN: image_token_id}
     )
-    return tokenizer
 
 
 def vlm_tokenizer(config: dict[str, Any], folder: str | Path | None = None):

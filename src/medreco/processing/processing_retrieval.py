@@ -30,13 +30,15 @@ class MedReCoRetrievalProcessor(ProcessorCodeMixin, ProcessorMixin):
         super().__init__(image_processor, tokenizer)
 
     @classmethod
-    def from_model_config(cls, config: dict, folder: str | Path | None = None, **kwargs) -> MedReCoRetrievalProcessor:
+    def from_model_config(
+        cls, config: dict, folder: str | Path | None = None, tokenizer=None, **kwargs
+    ) -> MedReCoRetrievalProcessor:
         """The processor a retrieval model's config implies: the image processor sized to its vision
-        encoder, the tokenizer saved in `folder` or of the text encoder the config names."""
+        encoder, `tokenizer` or the one saved in `folder` or of the text encoder the config names."""
         from .from_config import image_processor_for, retrieval_tokenizer, vision_config_of
 
         image_processor = image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
-        return cls(image_processor, retrieval_tokenizer(config, folder))
+        return cls(image_processor, tokenizer or retrieval_tokenizer(config, folder))
 
     def __call__(
         self,

@@ -107,13 +107,16 @@ class MedReCoProcessor(ProcessorCodeMixin, ProcessorMixin):
         super().__init__(image_processor, tokenizer, chat_template=chat_template or CHAT_TEMPLATE)
 
     @classmethod
-    def from_model_config(cls, config: dict, folder: str | Path | None = None, **kwargs) -> MedReCoProcessor:
-        """The processor a VLM's config implies: the image processor sized to its vision encoder, the
-        tokenizer saved in `folder` or, for a language model built from a preset, word pieces sized to it."""
+    def from_model_config(
+        cls, config: dict, folder: str | Path | None = None, tokenizer=None, **kwargs
+    ) -> MedReCoProcessor:
+        """The processor a VLM's config implies: the image processor sized to its vision encoder,
+        `tokenizer` or the one saved in `folder` or, for a language model built from a preset, word
+        pieces sized to it."""
         from .from_config import image_processor_for, vision_config_of, vlm_processor_fields, vlm_tokenizer
 
         image_processor = image_processor_for(vision_config_of(config), **image_processor_kwargs(kwargs))
-        return cls(image_processor, vlm_tokenizer(config, folder), **vlm_processor_fields(config))
+        return cls(image_processor, tokenizer or vlm_tokenizer(config, folder), **vlm_processor_fields(config))
 
     @property
     def image_token_id(self) -> int:
