@@ -123,3 +123,64 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
     tables = {name: table_fingerprint(mined / name) for name in ("studies", "triplets", "retrieval", "vqa")}
     (mined / SUMMARY_FILE).write_text(json.dumps({"tables": tables}))
     return mined
+
+
+PROGRESSION_CHANGES = ("decreased", "stable", "increased")  # improving, stable, worsening
+
+
+def write_toy_longitudinal(root: str | Path, patients: int = 60, seed: int = 0) -> Path:
+    """Two radiographs per patient, a prior and a current one, each with a bright square (pleural
+    effusion) whose side changes by -6, 0 or +6 pixels between them: the `longitudinal` table's
+    label is decreased, stable or increased. The current square's side is uniform whatever the
+    change, so the change is read from the pair, not from the current image. Returns the mined folder."""
+    import datasets
+
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    studies, longitudinal = [], []
+    for index in range(patients):
+        change = int(rng.integers(0, 3))
+        current_side = int(rng.integers(10, 19))
+        sides = {"prior": current_side - 6 * (change - 1), "current": current_side}
+        split = "train" if index < patients * 2 // 3 else "test"
+        ids = {}
+        for when, side in sides.items():
+            study_id = f"L{index:03d}-{when}"
+            image = rng.normal(90, 8, (40, 40))
+            top, left = rng.integers(2, 40 - side - 1), rng.integers(2, 40 - side - 1)
+            image[top : top + side, left : left + side] += 120
+            path = root / "images" / f"{study_id}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(path)
+            statement = {EFFUSION: {"status": "positive", "sentences": [f"Pleural effusion, {side} mm."]}}
+            studies.append(
+                {
+                    "study_id": study_id,
+                    "patient_id": f"P{index:03d}",
+                    "modality": "chest_xray",
+                    "image": str(path),
+                    "report": f"Pleural effusion, {side} mm.",
+                    "split": split,
+                    "statements": json.dumps(statement),
+                }
+            )
+            ids[when] = study_id
+        longitudinal.append(
+            {
+                "prior": ids["prior"],
+                "current": ids["current"],
+                "patient_id": f"P{index:03d}",
+                "entity_id": EFFUSION,
+                "label": PROGRESSION_CHANGES[change],
+                "attribute": "size" if change != 1 else "overall",
+                "split": split,
+                "image_answerable": True,
+                "answerability_reason": "",
+            }
+        )
+    mined = root / "mined"
+    for name, table in (("studies", studies), ("longitudinal", longitudinal)):
+        datasets.Dataset.from_list(table).save_to_disk(str(mined / name))
+    tables = {name: table_fingerprint(mined / name) for name in ("studies", "longitudinal")}
+    (mined / SUMMARY_FILE).write_text(json.dumps({"tables": tables}))
+    return mined

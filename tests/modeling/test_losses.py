@@ -133,3 +133,90 @@ def test_contrastive_ranking_loss_rewards_the_right_order_and_trains_the_tempera
     assert scale.grad is not None and scale.grad.item() < 0  # a sharper softmax helps a correct order
     empty = contrastive_ranking_loss(torch.zeros(1, 2, requires_grad=True), torch.tensor([[1, -1]]), scale)
     assert empty.item() == 0.0
+
+
+# --- TILA's temporal objectives ------------------------------------------------------------------
+
+
+def test_inverting_a_progression_swaps_improving_and_worsening():
+    from medreco.modeling import PROGRESSION_CLASSES, invert_progression
+
+    probabilities = torch.tensor([[0.7, 0.2, 0.1]])
+    torch.testing.assert_close(invert_progression(probabilities), torch.tensor([[0.1, 0.2, 0.7]]))
+    inverse = {"improving": "worsening", "stable": "stable", "worsening": "improving"}
+    assert [PROGRESSION_CLASSES[2 - i] for i in range(3)] == [inverse[c] for c in PROGRESSION_CLASSES]
+
+
+def test_bidirectional_cross_entropy_matches_hand_computation():
+    from medreco.modeling import bidirectional_cross_entropy
+
+    forward = torch.tensor([[2.0, 0.0, 0.0]])
+    backward = torch.tensor([[0.0, 0.0, 1.0]])
+    labels = torch.tensor([0])  # improving; read backwards it is worsening (index 2)
+    forward_ce = -math.log(math.exp(2) / (math.exp(2) + 2))
+    backward_ce = -math.log(math.exp(1) / (math.exp(1) + 2))
+    assert bidirectional_cross_entropy(forward, backward, labels).item() == pytest.approx(
+        (forward_ce + backward_ce) / 2
+    )
+    # the reversed pair scored against the forward label instead costs more
+    assert bidirectional_cross_entropy(forward, backward.flip(-1), labels) > bidirectional_cross_entropy(
+        forward, backward, labels
+    )
+
+
+def test_temporal_consistency_is_zero_for_a_mirrored_reading_and_hand_computed_otherwise():
+    from medreco.modeling import temporal_consistency_loss
+
+    forward = torch.tensor([[1.0, 0.5, -1.0], [0.0, 2.0, 0.0]])
+    assert temporal_consistency_loss(forward, forward.flip(-1)).item() == pytest.approx(0.0, abs=1e-7)
+    p = forward.softmax(-1)
+    # the same reading in both orders (what an order-blind model gives) is inconsistent unless symmetric
+    expected = (p - p.flip(-1)).pow(2).sum(-1).mean().item()
+    assert temporal_consistency_loss(forward, forward).item() == pytest.approx(expected)
+    assert expected > 0.1
+
+
+def test_inversion_aware_scoring_flips_with_the_order():
+    from medreco.modeling import inversion_aware_probabilities, invert_progression
+
+    generator = torch.Generator().manual_seed(0)
+    forward, backward = torch.randn(5, 3, generator=generator), torch.randn(5, 3, generator=generator)
+    fused = inversion_aware_probabilities(forward, backward)
+    torch.testing.assert_close(fused.sum(-1), torch.ones(5))
+    # the pair read in the other order gets exactly the inverse verdict
+    torch.testing.assert_close(inversion_aware_probabilities(backward, forward), invert_progression(fused))
+    # a perfectly mirrored model is unchanged by fusion
+    torch.testing.assert_close(inversion_aware_probabilities(forward, forward.flip(-1)), forward.softmax(-1))
+
+
+def test_sigmoid_loss_matches_hand_computation():
+    from medreco.modeling import sigmoid_loss
+
+    image = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    text = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    scale, bias = torch.tensor(0.0), torch.tensor(-0.5)  # t = 1, b = -0.5
+    logits = image @ text.T - 0.5  # [[.5, .1], [-.5, .3]]
+
+    def log_sigmoid(x):
+        return -math.log1p(math.exp(-x))
+
+    expected = -(log_sigmoid(0.5) + log_sigmoid(-0.1) + log_sigmoid(0.5) + log_sigmoid(0.3)) / 2
+    assert logits.shape == (2, 2)
+    assert sigmoid_loss(image, text, scale, bias).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_change_aware_sigmoid_loss_repels_a_changed_pair_read_backwards():
+    from medreco.modeling import change_aware_sigmoid_loss, pairwise_sigmoid_loss
+
+    image = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    text = image.clone()
+    scale, bias = torch.tensor(math.log(5.0)), torch.tensor(0.0)
+    stable = change_aware_sigmoid_loss(image, text, torch.tensor([False, False]), scale, bias)
+    changed = change_aware_sigmoid_loss(image, text, torch.tensor([True, False]), scale, bias)
+    # with no change both inverted pairs still match their reports: the plain sigmoid loss
+    eye = torch.eye(2, dtype=torch.bool)
+    assert stable.item() == pytest.approx(pairwise_sigmoid_loss(image, text, eye, scale, bias).item())
+    # the changed pair aligned with its report now costs: its own match became a negative
+    positives = torch.tensor([[False, False], [False, True]])
+    assert changed.item() == pytest.approx(pairwise_sigmoid_loss(image, text, positives, scale, bias).item())
+    assert changed > stable + 1.0

@@ -11,8 +11,23 @@ from .command import Command, device_arguments, inference_device
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="stage-1 output folder or Hub repository")
-    parser.add_argument("--mined", required=True, help="mined folder whose retrieval benchmark is scored")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="stage-1 output folder or Hub repository (--protocol temporal: a progression model)",
+    )
+    parser.add_argument("--mined", required=True, help="mined folder whose benchmark is scored")
+    parser.add_argument(
+        "--protocol",
+        choices=["retrieval", "temporal"],
+        default="retrieval",
+        help="retrieval: Recall@k / NDCG of the retrieval benchmark; temporal: TILA's four protocols "
+        "(standard, reversed, combined, consistency) of a progression model on the longitudinal pairs",
+    )
+    parser.add_argument(
+        "--baseline",
+        help="--protocol temporal: another progression model scored on the same pairs, with the difference",
+    )
     parser.add_argument("--reranker", help="reranker folder: also score entity+rerank")
     parser.add_argument("--split", default="test", help="the benchmark split to score")
     parser.add_argument("--rerank-top", type=int, default=10, help="candidates the reranker rescores")
@@ -44,6 +59,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     from ..evaluation import ClipBaseline, evaluate_retrieval
     from ..inference import RerankerScorer, RetrievalEncoder
 
+    if args.protocol == "temporal":
+        return _evaluate_temporal(args)
+    if args.baseline:
+        raise ValueError("--baseline belongs to --protocol temporal")
     placement = inference_device(args)
     encoder = RetrievalEncoder.from_pretrained(args.model, placement)
     reranker = RerankerScorer.from_pretrained(args.reranker, placement) if args.reranker else None
@@ -68,6 +87,45 @@ def _evaluate(args: argparse.Namespace) -> int:
             print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
     if probe:
         _print_probe(probe)
+    return 0
+
+
+def _evaluate_temporal(args: argparse.Namespace) -> int:
+    """TILA's protocols of a progression model (and a baseline) on the mined longitudinal pairs."""
+    from ..atomic import write_text_atomically
+    from ..data.mining import MinedData
+    from ..evaluation import PROTOCOLS, evaluate_progression
+    from ..inference import ProgressionPredictor
+
+    for flag in ("reranker", "probe"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag} belongs to --protocol retrieval")
+    if args.clip_model:
+        raise ValueError("--clip-model belongs to --protocol retrieval")
+    placement = inference_device(args)
+    predictor = ProgressionPredictor.from_pretrained(args.model, placement)
+    baseline = ProgressionPredictor.from_pretrained(args.baseline, placement) if args.baseline else None
+    report = evaluate_progression(predictor, MinedData(args.mined), args.split, baseline, progress=not args.quiet)
+    if args.out:
+        write_text_atomically(args.out, json.dumps(report, indent=1))
+    for subset in ("all", "image_answerable"):
+        if subset not in report:
+            continue
+        scored = report[subset]
+        print(f"{subset}: {scored['model']['pairs']} pairs of {scored['model']['patients']} patients (macro-accuracy)")
+        for system in ("model", "baseline", "majority"):
+            if system in scored:
+                cells = "  ".join(
+                    f"{p} {scored[system][p]['value']:.3f} [{scored[system][p]['interval'][0]:.3f}, "
+                    f"{scored[system][p]['interval'][1]:.3f}]"
+                    for p in PROTOCOLS
+                )
+                print(f"  {system:<9} {cells}")
+        if "model_minus_baseline" in scored:
+            cells = "  ".join(
+                f"{p} {v['value']:+.3f} (p={v['p_value']:.3f})" for p, v in scored["model_minus_baseline"].items()
+            )
+            print(f"  model - baseline: {cells}")
     return 0
 
 

@@ -9,7 +9,7 @@ from .command import Command
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stage", choices=["stage1", "reranker", "stage2"], help="the stage to train")
+    parser.add_argument("stage", choices=["stage1", "reranker", "stage2", "progression"], help="the stage to train")
     parser.add_argument("--config", required=True, help="recipe file, or a built-in recipe: tiny, demo, paper")
     parser.add_argument("--mined", help="mined data folder (sets data.mined_dir)")
     parser.add_argument("--out", help="output folder (sets run.output_dir)")
@@ -106,7 +106,12 @@ def _accelerate_config(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("train", "train stage 1, the reranker or stage 2 from a YAML recipe", _train_arguments, _train),
+    Command(
+        "train",
+        "train stage 1, the reranker, stage 2 or the progression model from a YAML recipe",
+        _train_arguments,
+        _train,
+    ),
     Command(
         "plan", "GPU memory per rank of each stage and distributed strategy, and which fits", _plan_arguments, _plan
     ),

@@ -20,6 +20,14 @@ from .probe import fit_logistic, linear_probe, presence_ceiling, probe_features,
 from .public_sets import PUBLIC_SETS, ImageLocator, PublicSetDataError, run_public_set
 from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize_retrieval
 from .swap import evaluate_swap_consistency, inverse_option, swap_comparison, swap_consistency, swapped_row
+from .temporal import (
+    PROTOCOLS,
+    clustered_balanced_accuracy,
+    evaluate_progression,
+    progression_protocols,
+    protocol_hits,
+    score_progression,
+)
 from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
 from .vqa import (
     CLOSED_SCORING,
@@ -38,6 +46,7 @@ from .vqa import (
 )
 
 __all__ = [
+    "PROTOCOLS",
     "PUBLIC_SETS",
     "ClipBaseline",
     "CLOSED_SCORING",
@@ -52,6 +61,7 @@ __all__ = [
     "choose_options",
     "clinical_facts",
     "closed_accuracy",
+    "clustered_balanced_accuracy",
     "baseline_hits",
     "closed_predictions",
     "entity_f1",
@@ -59,6 +69,7 @@ __all__ = [
     "evaluate_closed_vqa",
     "evaluate_longitudinal",
     "evaluate_open_ended",
+    "evaluate_progression",
     "evaluate_retrieval",
     "evaluate_swap_consistency",
     "exact_match",
@@ -74,7 +85,10 @@ __all__ = [
     "rouge_l",
     "run_public_set",
     "preload_images",
+    "progression_protocols",
+    "protocol_hits",
     "sample_rows",
+    "score_progression",
     "summarize_retrieval",
     "swap_comparison",
     "swap_consistency",

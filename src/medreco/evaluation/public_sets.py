@@ -16,6 +16,7 @@ readers are in `medreco.data.public_datasets`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -24,9 +25,19 @@ from statistics import mean
 from types import SimpleNamespace
 
 from ..data.mining.vqa import LETTERS
-from ..data.public_datasets import ChoiceQuestion, DifferenceQuestion, ProgressionItem, medical_diff_vqa, mmxu, ms_cxr_t
+from ..data.public_datasets import (
+    MS_CXR_T_FINDINGS,
+    ChoiceQuestion,
+    DifferenceQuestion,
+    ProgressionItem,
+    medical_diff_vqa,
+    mmxu,
+    ms_cxr_t,
+)
 from ..errors import MedReCoError
+from ..hub.download import model_folder
 from ..inference.device import InferenceDevice
+from ..modeling import PROGRESSION_CLASSES
 from .metrics import balanced_accuracy
 from .text import available_report_metrics
 from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_open_ended, sample_rows
@@ -190,6 +201,44 @@ def evaluate_medical_diff_vqa(
     return evaluate_open_ended(reader, rows, studies, bert_scorer, progress, report_metrics)
 
 
+def evaluate_ms_cxr_t_progression(
+    predictor, items: Sequence[ProgressionItem], images: ImageLocator, progress: bool = False
+) -> dict:
+    """MS-CXR-T on a progression model (`inference.ProgressionPredictor`): TILA's four protocols
+    by class-balanced macro-accuracy, per finding (`by_group`) and over all labelled pairs, with
+    intervals clustered by subject, through the same code as the mined longitudinal pairs. Each
+    finding is read through its vocabulary entity (its name where the vocabulary has none). The
+    majority baseline's constant answer scores 1/3 whichever class it is."""
+    from ..data.mining import ProgressionPair
+    from ..data.reports.ontology import Ontology
+    from .temporal import score_progression
+
+    ontology = Ontology.load()
+
+    def entity_of(finding: str) -> str:
+        try:
+            return ontology.find(finding.replace("_", " "), "chest_xray").id
+        except (KeyError, ValueError):
+            return finding.replace("_", " ")
+
+    entities = {finding: entity_of(finding) for finding in MS_CXR_T_FINDINGS}
+    pairs, groups, studies = [], [], {}
+    for item in items:
+        name = f"MS-CXR-T study {item.study_id}"
+        current = images.by_dicom_id(item.dicom_id, name)
+        prior = images.by_dicom_id(item.previous_dicom_id, name)
+        for image in (prior, current):
+            studies[image] = SimpleNamespace(image=image, modality="chest_xray")
+        for finding, label in item.labels.items():
+            if label not in PROGRESSION_OPTIONS:
+                continue
+            pairs.append(ProgressionPair(prior, current, item.subject_id, entities[finding], label))
+            groups.append(finding)
+    labels = [PROGRESSION_CLASSES.index(p.progression) for p in pairs]
+    result = score_progression(predictor, pairs, studies, labels, groups, progress=progress)
+    return {"findings": entities, **result}
+
+
 def run_public_set(
     name: str,
     model_dir: str | Path,
@@ -213,6 +262,12 @@ def run_public_set(
     if not items:
         raise PublicSetDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
     images = ImageLocator(image_root)
+    if name == "ms-cxr-t" and _has_progression_head(model_dir):
+        from ..inference import ProgressionPredictor
+
+        predictor = ProgressionPredictor.from_pretrained(model_dir, placement)
+        result = evaluate_ms_cxr_t_progression(predictor, items, images, progress)
+        return {"set": name, "items": len(items), "model": str(model_dir), **result}
     reader = ComparativeReader.from_pretrained(model_dir, placement)
     if name == "mmxu":
         result = evaluate_mmxu(reader.model, reader.processor, items, images, progress)
@@ -226,6 +281,15 @@ def run_public_set(
     return {"set": name, "items": len(items), "model": str(model_dir), **result}
 
 
+def _has_progression_head(model_dir: str | Path) -> bool:
+    """A retrieval model saved with a progression head (`medreco train progression`), not a VLM."""
+    config = model_folder(model_dir) / "config.json"
+    if not config.is_file():
+        return False
+    document = json.loads(config.read_text())
+    return document.get("model_type") == "medreco" and bool(document.get("progression_head"))
+
+
 __all__ = [
     "PUBLIC_SETS",
     "PublicSetDataError",
@@ -233,6 +297,7 @@ __all__ = [
     "evaluate_medical_diff_vqa",
     "evaluate_mmxu",
     "evaluate_ms_cxr_t",
+    "evaluate_ms_cxr_t_progression",
     "progression_question",
     "run_public_set",
 ]

@@ -11,25 +11,35 @@ from .configuration_retrieval import BIOLORD_2023, MedReCoConditionerConfig, Med
 from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig
 from .configuration_vlm import MedReCoVLMConfig
 from .losses import (
+    bidirectional_cross_entropy,
+    change_aware_sigmoid_loss,
     contrastive_ranking_loss,
+    inversion_aware_probabilities,
+    invert_progression,
+    pairwise_sigmoid_loss,
+    sigmoid_loss,
     smooth_ap_loss,
     symmetric_infonce_loss,
+    temporal_consistency_loss,
     triplet_loss_with_hard_negatives,
     triplet_relevance,
 )
 from .modeling_reranker import MedReCoReranker, RerankerOutput, select_top_tokens
 from .modeling_retrieval import (
+    PROGRESSION_CLASSES,
     CandidateBatch,
     ConditionerOutput,
     MedReCoConditioner,
     MedReCoModel,
     MedReCoOutput,
+    MedReCoProgressionHead,
     MedReCoTextEncoder,
+    ProgressionBatch,
     StatementBatch,
     TextBatch,
 )
 from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, count_active_parameters
-from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
+from .modeling_vision import MedReCoTemporalFusion, MedReCoVisionModel, MedReCoVisionOutput
 from .modeling_vlm import MedReCoForConditionalGeneration, MedReCoVLMModel, MedReCoVLMOutput
 
 AUTO_REGISTRATIONS = (
@@ -77,6 +87,8 @@ __all__ = [
     "MedReCoPreTrainedModel",
     "MedReCoReranker",
     "MedReCoRerankerConfig",
+    "MedReCoProgressionHead",
+    "MedReCoTemporalFusion",
     "MedReCoTextEncoder",
     "MedReCoVLMConfig",
     "MedReCoVLMModel",
@@ -84,11 +96,20 @@ __all__ = [
     "MedReCoVisionConfig",
     "MedReCoVisionModel",
     "MedReCoVisionOutput",
+    "PROGRESSION_CLASSES",
+    "ProgressionBatch",
     "RerankerOutput",
     "count_active_parameters",
     "register_auto_classes",
     "select_top_tokens",
+    "bidirectional_cross_entropy",
+    "change_aware_sigmoid_loss",
     "contrastive_ranking_loss",
+    "inversion_aware_probabilities",
+    "invert_progression",
+    "pairwise_sigmoid_loss",
+    "sigmoid_loss",
+    "temporal_consistency_loss",
     "smooth_ap_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",

@@ -46,7 +46,11 @@ class MedReCoConfig(PreTrainedConfig):
     `statement_alignment_weight`; entity-conditioned
     triplet loss with `triplet_margin` and in-batch hard negatives (`triplet_mining`), SmoothAP
     (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
-    the learnable temperature (`ranking_loss="contrastive"`)."""
+    the learnable temperature (`ranking_loss="contrastive"`).
+
+    `progression_head=True` adds a per-finding interval-change classifier (improving / stable /
+    worsening, BioViL-T's progression task) over the static and temporal tokens of a vision encoder
+    with `num_temporal_layers > 0`; see `MedReCoProgressionHead`."""
 
     model_type = "medreco"
     sub_configs_defaults = {
@@ -68,6 +72,7 @@ class MedReCoConfig(PreTrainedConfig):
     smooth_ap_temperature: float = 0.01
     # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
     statement_alignment_weight: float = 1.0
+    progression_head: bool = False  # per-finding improving / stable / worsening on the prior-fused tokens
     initializer_range: float = 0.02
 
     @property
@@ -77,6 +82,10 @@ class MedReCoConfig(PreTrainedConfig):
     def validate_architecture(self):
         # the conditioner works at the vision encoder's width
         check_heads_divide(self.vision_config.hidden_size, self.conditioner_config.num_attention_heads)
+        if self.progression_head and not self.vision_config.num_temporal_layers:
+            raise ValueError(
+                "progression_head needs a temporal vision encoder: set vision_config.num_temporal_layers > 0"
+            )
 
 
 __all__ = ["BIOLORD_2023", "MedReCoConditionerConfig", "MedReCoConfig"]

@@ -53,6 +53,12 @@ class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
     `moe=False` the blocks share one feed-forward layer (the paper's MoE-vs-shared ablation); the
     modality table still names the ids the model accepts.
 
+    `num_temporal_layers > 0` adds BioViL-T's prior-image fusion (`MedReCoTemporalFusion`): the
+    current and the prior study's tokens, with 2D sinusoidal positions and learned temporal
+    embeddings, through that many self-attention blocks; the current half of the output is the
+    temporal feature `P_diff`, and a learned missing-prior token stands in when a study has no
+    prior. 0 (the MedReCo paper) builds no fusion.
+
     Example:
     ```python
     >>> config = MedReCoVisionConfig()  # 480x480 in-plane, 24x24 grid, 576 tokens of dim 512
@@ -76,6 +82,7 @@ class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
     max_depth: int = 240
     modalities: list[str] | None = None
     moe: bool = True  # False: one feed-forward layer per block shared by every modality (the ablation)
+    num_temporal_layers: int = 0  # BioViL-T's prior-image fusion blocks (0: none, the MedReCo paper)
     attention_dropout: float = 0.0
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02
@@ -85,6 +92,8 @@ class MedReCoVisionConfig(ModalityTableMixin, PreTrainedConfig):
         check_heads_divide(self.hidden_size, self.num_attention_heads)
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
+        if self.num_temporal_layers < 0:
+            raise ValueError(f"num_temporal_layers must be >= 0, got {self.num_temporal_layers}")
 
     @property
     def grid_size(self) -> int:

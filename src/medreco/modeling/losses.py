@@ -1,9 +1,12 @@
-"""Stage-1 objectives (paper, section 4.5).
+"""Training objectives: stage 1's (MedReCo paper, section 4.5) and TILA's temporal ones.
 
 Ranking losses take a similarity matrix `(anchors, candidates)` and a relevance matrix of the
 same shape: 1 = positive, 0 = negative, -1 = unknown (ignored). Data builders fill relevance for
 every anchor-candidate pair whose report similarity they know, which is what lets a batch's
-other samples serve as hard negatives."""
+other samples serve as hard negatives.
+
+TILA's objectives (section 2) work on progression logits `(B, 3)` over (improving, stable,
+worsening), whose reversal `flip(-1)` is the inverse change, and on SigLIP's pairwise sigmoid."""
 
 from __future__ import annotations
 
@@ -133,8 +136,88 @@ def triplet_relevance(num_anchors: int, device: torch.device | None = None) -> t
     return relevance
 
 
+def invert_progression(values: torch.Tensor) -> torch.Tensor:
+    """TILA's `S` (Eq. 4): improving and worsening swapped, stable kept, on the last dimension of
+    probabilities or logits `(..., 3)`; on labels (0, 1, 2) use `2 - labels`."""
+    return values.flip(-1)
+
+
+def bidirectional_cross_entropy(
+    forward_logits: torch.Tensor,
+    reversed_logits: torch.Tensor,
+    labels: torch.Tensor,
+    class_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """TILA's BiCE (Eq. 3): cross-entropy of the forward pair with its label and of the reversed
+    pair with the inverse label (`2 - y`), averaged; `class_weights` as in weighted cross-entropy."""
+    forward = nn.functional.cross_entropy(forward_logits.float(), labels, weight=class_weights)
+    backward = nn.functional.cross_entropy(reversed_logits.float(), 2 - labels, weight=class_weights)
+    return (forward + backward) / 2
+
+
+def temporal_consistency_loss(forward_logits: torch.Tensor, reversed_logits: torch.Tensor) -> torch.Tensor:
+    """TILA's TCL (Eq. 5): mean over pairs of the squared distance between the forward class
+    probabilities and the inverted reversed ones; 0 exactly when the reversed reading mirrors the
+    forward one."""
+    forward = forward_logits.float().softmax(-1)
+    reversed_inverted = invert_progression(reversed_logits.float().softmax(-1))
+    return (forward - reversed_inverted).pow(2).sum(-1).mean()
+
+
+def inversion_aware_probabilities(forward_logits: torch.Tensor, reversed_logits: torch.Tensor) -> torch.Tensor:
+    """TILA's inversion-aware scoring (Eq. 7): the mean of the forward probabilities and the
+    inverted probabilities of the reversed pair."""
+    return (forward_logits.float().softmax(-1) + invert_progression(reversed_logits.float().softmax(-1))) / 2
+
+
+def pairwise_sigmoid_loss(
+    image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
+    positives: torch.Tensor,
+    logit_scale: torch.Tensor,
+    logit_bias: torch.Tensor,
+) -> torch.Tensor:
+    """SigLIP's loss (Zhai et al., 2023) with the positive pairs given: `-1/B sum_ij log
+    sigmoid(z_ij (t x_i . y_j + b))`, z = +1 where `positives` `(B, B)` is True, else -1;
+    `logit_scale` is log t."""
+    with torch.autocast(image_embeds.device.type, enabled=False):
+        logits = logit_scale.exp().float() * (image_embeds.float() @ text_embeds.float().t()) + logit_bias.float()
+    signs = positives.float() * 2 - 1
+    return -nn.functional.logsigmoid(signs * logits).sum() / logits.shape[0]
+
+
+def sigmoid_loss(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor
+) -> torch.Tensor:
+    """SigLIP's loss: row i of each input is a matching pair, every other pair a negative."""
+    eye = torch.eye(image_embeds.shape[0], dtype=torch.bool, device=image_embeds.device)
+    return pairwise_sigmoid_loss(image_embeds, text_embeds, eye, logit_scale, logit_bias)
+
+
+def change_aware_sigmoid_loss(
+    inverted_image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
+    changed: torch.Tensor,
+    logit_scale: torch.Tensor,
+    logit_bias: torch.Tensor,
+) -> torch.Tensor:
+    """TILA's change-aware sigmoid loss (Eq. 1) on the inverted pairs (prior and current swapped):
+    a pair still matches its own report only when that report describes no change (`changed[i]`
+    False); a changed pair read backwards, and every other pair, is a negative."""
+    eye = torch.eye(inverted_image_embeds.shape[0], dtype=torch.bool, device=inverted_image_embeds.device)
+    positives = eye & ~changed.bool().to(eye.device)[:, None]
+    return pairwise_sigmoid_loss(inverted_image_embeds, text_embeds, positives, logit_scale, logit_bias)
+
+
 __all__ = [
+    "bidirectional_cross_entropy",
+    "change_aware_sigmoid_loss",
     "contrastive_ranking_loss",
+    "inversion_aware_probabilities",
+    "invert_progression",
+    "pairwise_sigmoid_loss",
+    "sigmoid_loss",
+    "temporal_consistency_loss",
     "smooth_ap_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",

@@ -42,7 +42,8 @@ class ConditionerOutput(ModelOutput):
 class MedReCoOutput(ModelOutput):
     """Outputs of [`MedReCoModel.forward`]. Alignment fills `image_embeds`, `text_embeds`,
     `logits_per_image` (and `statement_loss` when statements were given); ranking fills
-    `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and `similarity` `(A, C)`."""
+    `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and `similarity` `(A, C)`; progression
+    fills `progression_logits` `(B, 3)` and, for the pair read backwards, `reversed_progression_logits`."""
 
     loss: torch.Tensor | None = None
     image_embeds: torch.Tensor | None = None
@@ -52,6 +53,8 @@ class MedReCoOutput(ModelOutput):
     anchor_embeds: torch.Tensor | None = None
     candidate_embeds: torch.Tensor | None = None
     similarity: torch.Tensor | None = None
+    progression_logits: torch.Tensor | None = None
+    reversed_progression_logits: torch.Tensor | None = None
 
 
 class _Inputs:
@@ -97,6 +100,22 @@ class CandidateBatch(_Inputs):
     pixel_values: torch.Tensor
     modality_ids: torch.Tensor
     relevance: torch.Tensor | None = None
+
+
+@dataclass
+class ProgressionBatch(_Inputs):
+    """Prior/current pairs for the progression head: the two studies' static tokens `(B, N, d)`
+    (cached from a frozen encoder, or `last_hidden_state`), `has_prior` `(B,)` (False: the
+    missing-prior token instead, the static baseline), the finding's text embedding
+    `entity_embeddings` `(B, d)`, and `labels` `(B,)` indices into `PROGRESSION_CLASSES` (for the
+    loss). `both_orders` also reads every pair backwards (prior as current), for TILA's losses."""
+
+    current_tokens: torch.Tensor
+    prior_tokens: torch.Tensor
+    entity_embeddings: torch.Tensor
+    has_prior: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    both_orders: bool = False
 
 
 class MedReCoTextEncoder(nn.Module):
@@ -253,6 +272,36 @@ class MedReCoConditioner(nn.Module):
         return ConditionerOutput(features=features, attention=attention)
 
 
+# BioViL-T's and TILA's progression classes, in the order whose reversal (index 2 - i) is the
+# inverse change: the pair read backwards turns improving into worsening, stable stays stable
+PROGRESSION_CLASSES = ("improving", "stable", "worsening")
+
+
+class MedReCoProgressionHead(nn.Module):
+    """Interval change of one finding between a prior and a current study (BioViL-T, section 3):
+    `V = P_curr (+) P_diff`, the static and the temporal tokens concatenated and projected back to
+    the shared width, read by the finding's entity query through a conditioner of its own (the
+    retrieval conditioner stays as trained), then a linear classifier over `PROGRESSION_CLASSES`."""
+
+    def __init__(self, config: MedReCoConditionerConfig, hidden_size: int, num_experts: int):
+        super().__init__()
+        self.combine = nn.Linear(2 * hidden_size, hidden_size)
+        self.conditioner = MedReCoConditioner(config, hidden_size, num_experts)
+        self.classifier = nn.Linear(hidden_size, len(PROGRESSION_CLASSES))
+
+    def forward(
+        self,
+        static_tokens: torch.Tensor,
+        temporal_tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits `(B, 3)` for one finding (`entity_embeddings` `(B, d)`) per pair."""
+        combined = self.combine(torch.cat([static_tokens, temporal_tokens], dim=-1))
+        features = self.conditioner(combined, modality_ids, entity_embeddings).features
+        return self.classifier(features.to(self.classifier.weight.dtype))
+
+
 class MedReCoModel(MedReCoPreTrainedModel):
     """Vision encoder + text encoder + entity conditioner for controllable retrieval.
 
@@ -277,6 +326,11 @@ class MedReCoModel(MedReCoPreTrainedModel):
         self.conditioner = MedReCoConditioner(config.conditioner_config, hidden, config.vision_config.num_experts)
         # shape (1,), not a 0-d scalar: DeepSpeed broadcasts parameters as byte views, which 0-d tensors refuse
         self.logit_scale = nn.Parameter(torch.tensor([config.logit_scale_init_value]))
+        self.progression = (
+            MedReCoProgressionHead(config.conditioner_config, hidden, config.vision_config.num_experts)
+            if config.progression_head
+            else None
+        )
         self.post_init()
         if config.freeze_text_encoder:
             self.set_text_backbone_trainable(False)
@@ -370,6 +424,47 @@ class MedReCoModel(MedReCoPreTrainedModel):
         tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
         return self.condition(tokens, modality_ids, entity_embeddings, entity_mask, pairwise)
 
+    def temporal_tokens(
+        self,
+        current_tokens: torch.Tensor,
+        prior_tokens: torch.Tensor | None,
+        modality_ids: torch.Tensor,
+        has_prior: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """BioViL-T's `P_diff` from two studies' static tokens (swap them for the reversed pair)."""
+        return self.vision_model.fuse_prior(current_tokens, prior_tokens, modality_ids, has_prior)
+
+    def progression_logits(
+        self,
+        current_tokens: torch.Tensor,
+        prior_tokens: torch.Tensor | None,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor,
+        has_prior: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits `(B, 3)` over `PROGRESSION_CLASSES` of the finding `entity_embeddings` `(B, d)`
+        between each prior and current study, from their static depth-pooled tokens `(B, N, d)`
+        (the vision encoder's `last_hidden_state`). The reversed
+        reading (TILA) is the same call with the two token sets swapped."""
+        if self.progression is None:
+            raise ValueError("this model has no progression head; create it with progression_head=True")
+        modality_ids = check_modality_ids(modality_ids, current_tokens.shape[0], self.config.vision_config.num_experts)
+        modality_ids = modality_ids.to(current_tokens.device)
+        fused = self.temporal_tokens(current_tokens, prior_tokens, modality_ids, has_prior)
+        return self.progression(current_tokens, fused, modality_ids, entity_embeddings)
+
+    def predict_progression(
+        self,
+        pixel_values: torch.Tensor,
+        prior_pixel_values: torch.Tensor,
+        modality_ids: torch.Tensor,
+        entity_embeddings: torch.Tensor,
+    ) -> torch.Tensor:
+        """`progression_logits` straight from the current and prior images (same shape and modality)."""
+        current = self.get_image_tokens(pixel_values, modality_ids).last_hidden_state
+        prior = self.get_image_tokens(prior_pixel_values, modality_ids).last_hidden_state
+        return self.progression_logits(current, prior, modality_ids, entity_embeddings)
+
     def _embed(self, texts: TextBatch) -> torch.Tensor:
         """Shared-space embeddings of distinct texts, from pooled backbone outputs or from tokens."""
         if texts.pooled is not None:
@@ -404,8 +499,8 @@ class MedReCoModel(MedReCoPreTrainedModel):
 
     def forward(
         self,
-        pixel_values: torch.Tensor,
-        modality_ids: torch.Tensor,
+        pixel_values: torch.Tensor | None = None,
+        modality_ids: torch.Tensor | None = None,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         reports: TextBatch | None = None,
@@ -413,10 +508,11 @@ class MedReCoModel(MedReCoPreTrainedModel):
         entities: TextBatch | None = None,
         entity_mask: torch.Tensor | None = None,
         candidates: CandidateBatch | None = None,
+        progression: ProgressionBatch | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
-        """Two training modes, chosen by the inputs given.
+        """Three training modes, chosen by the inputs given.
 
         Alignment (warm-up, `reports`, or CLIP-style their `input_ids` and `attention_mask`): images
         with their reports (tokens, or the pooled outputs of a frozen text backbone, see
@@ -429,7 +525,16 @@ class MedReCoModel(MedReCoPreTrainedModel):
         Ranking (`candidates`): anchors (`pixel_values`) with one entity each (`entities`; None means
         whole-image; `entity_mask` False rows use the whole-image query), scored against every
         candidate conditioned on every anchor's entity, so all labelled pairs in the batch take part
-        in hard-negative mining."""
+        in hard-negative mining.
+
+        Progression (`progression`, a `ProgressionBatch`, with `modality_ids`): logits of each pair's
+        interval change (and of the pair read backwards with `both_orders`); the loss is the
+        cross-entropy of the forward reading when labels are given (TILA's losses are built from
+        the two logits by the trainer)."""
+        if progression is not None:
+            return self.progression_forward(modality_ids, progression, return_loss)
+        if pixel_values is None or modality_ids is None:
+            raise ValueError("pass pixel_values and modality_ids (or a ProgressionBatch as progression)")
         if candidates is not None:
             entity_embeddings = None if entities is None else self._embed(entities)
             return self.ranking_forward(
@@ -479,6 +584,28 @@ class MedReCoModel(MedReCoPreTrainedModel):
             statement_loss=statement_loss,
         )
 
+    def progression_forward(
+        self, modality_ids: torch.Tensor, batch: ProgressionBatch, return_loss: bool = True
+    ) -> MedReCoOutput:
+        """Forward (and, with `both_orders`, reversed) progression logits of a `ProgressionBatch`,
+        both orders in one pass through the fusion."""
+        pairs = batch.current_tokens.shape[0]
+        current, prior = batch.current_tokens, batch.prior_tokens
+        ids, entities, has_prior = modality_ids, batch.entity_embeddings, batch.has_prior
+        if batch.both_orders:
+            current, prior = torch.cat([current, prior]), torch.cat([prior, current])
+            ids, entities = torch.cat([ids, ids]), torch.cat([entities, entities])
+            has_prior = None if has_prior is None else torch.cat([has_prior, has_prior])
+        logits = self.progression_logits(current, prior, ids, entities, has_prior)
+        loss = None
+        if return_loss and batch.labels is not None:
+            loss = nn.functional.cross_entropy(logits[:pairs].float(), batch.labels)
+        return MedReCoOutput(
+            loss=loss,
+            progression_logits=logits[:pairs],
+            reversed_progression_logits=logits[pairs:] if batch.both_orders else None,
+        )
+
     def ranking_forward(
         self,
         pixel_values: torch.Tensor,
@@ -526,7 +653,10 @@ __all__ = [
     "MedReCoConditioner",
     "MedReCoModel",
     "MedReCoOutput",
+    "MedReCoProgressionHead",
     "MedReCoTextEncoder",
+    "PROGRESSION_CLASSES",
+    "ProgressionBatch",
     "StatementBatch",
     "TextBatch",
 ]

@@ -7,7 +7,14 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 
 # Parameters our modules declare directly (not inside a Linear/Embedding/Conv layer).
-_LEARNED_TOKENS = ("cls_query", "cls_token", "spatial_position_embedding", "depth_position_embedding")
+_LEARNED_TOKENS = (
+    "cls_query",
+    "cls_token",
+    "spatial_position_embedding",
+    "depth_position_embedding",
+    "temporal_embedding",
+    "missing_prior",
+)
 
 
 def block_classes(model: nn.Module) -> list[str]:

@@ -4,7 +4,11 @@ Input `(B, C, D, H, W)` with `D = 1` for radiographs and ultrasound. Patches are
 2D and `pd x p x p` for volumes. Spatial blocks attend within each slice; depth blocks attend
 along depth at each in-plane location and run only when there is more than one depth token.
 The depth-pooled tokens `(B, N, hidden)` are the contract with the conditioner and the VLM;
-the per-depth tokens stay available."""
+the per-depth tokens stay available.
+
+With `num_temporal_layers > 0` the encoder also fuses a study with its prior (BioViL-T, Eq. 1):
+`temporal_hidden_state` is `P_diff`, the current image's tokens after attending to the prior's,
+and `last_hidden_state` stays the static `P_curr`."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ class MedReCoVisionOutput(ModelOutput):
     pooler_output: `(B, hidden)` mean of all tokens.
     grid_size: `(D', h, w)` token grid of this input.
     attentions: per-block attention weights when `output_attentions=True`.
+    temporal_hidden_state: `(B, N, hidden)` BioViL-T's `P_diff` when a prior (or `has_prior`) was
+        given to a temporal encoder: fused with the prior, or the missing-prior token where none.
     """
 
     last_hidden_state: torch.Tensor | None = None
@@ -35,6 +41,72 @@ class MedReCoVisionOutput(ModelOutput):
     pooler_output: torch.Tensor | None = None
     grid_size: tuple[int, int, int] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    temporal_hidden_state: torch.Tensor | None = None
+
+
+def sinusoidal_positions_2d(height: int, width: int, dim: int) -> torch.Tensor:
+    """Fixed 2D sine-cosine position encodings `(height * width, dim)`: half the channels encode the
+    row, half the column (MAE's layout); channels beyond a multiple of 4 stay zero."""
+    quarter = dim // 4
+    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float32) / max(quarter, 1))
+    rows, cols = torch.meshgrid(
+        torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32), indexing="ij"
+    )
+    angles = [rows.reshape(-1, 1) * omega, cols.reshape(-1, 1) * omega]
+    encoding = torch.cat([f(a) for a in angles for f in (torch.sin, torch.cos)], dim=1)
+    return nn.functional.pad(encoding, (0, dim - encoding.shape[1]))
+
+
+class MedReCoTemporalFusion(nn.Module):
+    """BioViL-T's multi-image fusion `A_img` (Eq. 1): the current and the prior image's tokens, each
+    plus 2D sinusoidal positions and a learned temporal embedding at every block's input, through
+    `num_temporal_layers` self-attention blocks with modality experts; `P_diff` is the
+    layer-normalised current half. Studies without a prior get the learned missing-prior token
+    replicated over the grid, and the blocks do not run for them. No registration is needed: the
+    current tokens attend to every prior token."""
+
+    def __init__(self, config: MedReCoVisionConfig):
+        super().__init__()
+        self.temporal_embedding = nn.Parameter(torch.zeros(2, config.hidden_size))  # [current, prior]
+        self.missing_prior = nn.Parameter(torch.zeros(1, config.hidden_size))
+        self.layers = nn.ModuleList(MedReCoBlock(config) for _ in range(config.num_temporal_layers))
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        current: torch.Tensor,
+        prior: torch.Tensor | None,
+        modality_ids: torch.Tensor,
+        has_prior: torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """current, prior `(B, N, hidden)` (prior None: no study has one); has_prior `(B,)` bool
+        (None: every study with a given prior has one); grid `(h, w)` with `h * w = N` (None: square)."""
+        batch, tokens, hidden = current.shape
+        fused = self.missing_prior.to(current.dtype).expand(batch, tokens, hidden).clone()
+        if prior is None:
+            if has_prior is not None and has_prior.any():
+                raise ValueError("has_prior marks studies with a prior, but no prior tokens were given")
+            return fused
+        if prior.shape != current.shape:
+            raise ValueError(f"prior tokens {tuple(prior.shape)} must match the current ones {tuple(current.shape)}")
+        rows = torch.ones(batch, dtype=torch.bool, device=current.device) if has_prior is None else has_prior.bool()
+        if not rows.any():
+            return fused
+        if grid is None:
+            side = round(tokens**0.5)
+            if side * side != tokens:
+                raise ValueError(f"{tokens} tokens are not a square grid; pass grid=(h, w)")
+            grid = (side, side)
+        positions = sinusoidal_positions_2d(*grid, hidden).to(current.device, current.dtype)
+        times = self.temporal_embedding.to(current.dtype)
+        offsets = torch.cat([positions + times[0], positions + times[1]])  # (2N, hidden)
+        index = rows.nonzero(as_tuple=True)[0]
+        hidden_states = torch.cat([current[index], prior[index]], dim=1)
+        experts = modality_ids.to(current.device)[index]
+        for layer in self.layers:
+            hidden_states, _ = layer(hidden_states + offsets, experts)
+        return fused.index_put((index,), self.norm(hidden_states[:, :tokens]))
 
 
 class MedReCoVisionEmbeddings(nn.Module):
@@ -103,15 +175,49 @@ class MedReCoVisionModel(MedReCoPreTrainedModel):
         self.spatial_layers = nn.ModuleList(MedReCoBlock(config) for _ in range(config.num_spatial_layers))
         self.depth_layers = nn.ModuleList(MedReCoBlock(config) for _ in range(config.num_depth_layers))
         self.post_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.temporal = MedReCoTemporalFusion(config) if config.num_temporal_layers else None
         self.post_init()
+
+    def fuse_prior(
+        self,
+        current_tokens: torch.Tensor,
+        prior_tokens: torch.Tensor | None,
+        modality_ids: torch.Tensor,
+        has_prior: torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """BioViL-T's `P_diff` `(B, N, hidden)` from static tokens (`last_hidden_state` of each
+        study): what a trainer calls on cached tokens. Swap the two arguments for the reversed pair."""
+        if self.temporal is None:
+            raise ValueError("this vision encoder has no prior-image fusion; set num_temporal_layers > 0 in its config")
+        modality_ids = check_modality_ids(modality_ids, current_tokens.shape[0], self.config.num_experts)
+        return self.temporal(current_tokens, prior_tokens, modality_ids, has_prior, grid)
 
     def forward(
         self,
         pixel_values: torch.Tensor,
         modality_ids: torch.Tensor,
         output_attentions: bool = False,
+        prior_pixel_values: torch.Tensor | None = None,
+        has_prior: torch.Tensor | None = None,
         **kwargs,
     ) -> MedReCoVisionOutput:
+        """`prior_pixel_values` (same shape; rows where `has_prior` is False are ignored, e.g.
+        zeros) or `has_prior` alone (all False) fill `temporal_hidden_state` on a temporal encoder."""
+        output = self.encode(pixel_values, modality_ids, output_attentions)
+        if self.temporal is not None and (prior_pixel_values is not None or has_prior is not None):
+            prior_tokens = None
+            if prior_pixel_values is not None:
+                prior_tokens = self.encode(prior_pixel_values, modality_ids).last_hidden_state
+            output.temporal_hidden_state = self.fuse_prior(
+                output.last_hidden_state, prior_tokens, modality_ids, has_prior, output.grid_size[1:]
+            )
+        return output
+
+    def encode(
+        self, pixel_values: torch.Tensor, modality_ids: torch.Tensor, output_attentions: bool = False
+    ) -> MedReCoVisionOutput:
+        """The static encoder: one study's tokens, nothing of its prior."""
         batch = pixel_values.shape[0]
         modality_ids = check_modality_ids(modality_ids, batch, self.config.num_experts).to(pixel_values.device)
         tokens = self.embeddings(pixel_values)
@@ -146,4 +252,4 @@ class MedReCoVisionModel(MedReCoPreTrainedModel):
         )
 
 
-__all__ = ["MedReCoVisionModel", "MedReCoVisionOutput"]
+__all__ = ["MedReCoTemporalFusion", "MedReCoVisionModel", "MedReCoVisionOutput", "sinusoidal_positions_2d"]

@@ -1,7 +1,9 @@
-"""Training: typed YAML recipes, the shared Accelerate loop, and the three stages.
+"""Training: typed YAML recipes, the shared Accelerate loop, and the stages.
 
 - `stage1`: retrieval model (alignment warm-up, then entity-conditioned ranking);
 - `reranker`: the reranker over the coarse model's own top candidates;
+- `progression`: BioViL-T's prior-image fusion and progression head on a frozen stage 1, with
+  TILA's inversion-aware fine-tuning;
 - `stage2`: the comparative VLM with TRL's SFTTrainer (optionally LoRA / QLoRA);
 - `distributed`: DDP, DeepSpeed ZeRO and FSDP2 (gathered saves); `launch`: the packaged launch
   configs; `planner`: per-rank memory of each stage and strategy (`medreco plan`)."""
@@ -14,6 +16,7 @@ from .config import (
     LoraSettings,
     ModelSource,
     OptimizationConfig,
+    ProgressionTrainingConfig,
     RecipeError,
     RerankerTrainingConfig,
     RunConfig,
@@ -37,6 +40,10 @@ def train_stage(stage: str, config) -> dict:
         from .reranker import train_reranker
 
         return train_reranker(config)
+    if stage == "progression":
+        from .progression import train_progression
+
+        return train_progression(config)
     if stage == "stage2":
         from .stage2 import train_stage2
 
@@ -55,6 +62,7 @@ __all__ = [
     "OptimizationConfig",
     "Phase",
     "PhaseResult",
+    "ProgressionTrainingConfig",
     "PlanRequest",
     "RecipeError",
     "RerankerTrainingConfig",

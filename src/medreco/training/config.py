@@ -135,6 +135,39 @@ class RerankerTrainingConfig:
 
 
 @dataclass
+class ProgressionTrainingConfig:
+    """Per-finding interval change (improving / stable / worsening) on the mined longitudinal pairs:
+    BioViL-T's prior-image fusion and progression head over a frozen stage-1 encoder's tokens, with
+    TILA's inversion-aware fine-tuning (BiCE, then BiCE plus the temporal consistency loss) as options.
+
+    `use_prior: false` puts the missing-prior token in every prior's place: the same model and
+    budget without the prior (the static baseline). `loss: bidirectional` is TILA's BiCE;
+    `temporal_consistency_weight` > 0 (TILA: 50) adds a second phase, `consistency`, whose
+    loss is BiCE plus that weight times TCL (TILA starts it after 20 of 50 epochs: collapsing to
+    "stable", trivially consistent, is what the warm-up avoids)."""
+
+    retrieval_model: str = "runs/stage1/final"
+    num_temporal_layers: int = 3
+    use_prior: bool = True
+    loss: Literal["cross_entropy", "bidirectional"] = "cross_entropy"
+    temporal_consistency_weight: float = 0.0
+    class_weighted: bool = True  # weighted cross-entropy (BioViL-T), for the macro-accuracy it is judged by
+    entity_levels: list[str] = field(default_factory=lambda: ["abnormal", "disease"])  # findings, not anatomy
+    data: DataConfig = field(default_factory=DataConfig)
+    optimization: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=20.0))
+    consistency: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=30.0))
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/progression"))
+
+    def __post_init__(self):
+        if self.num_temporal_layers < 1:
+            raise RecipeError(f"progression.num_temporal_layers: at least 1, not {self.num_temporal_layers}")
+        if self.temporal_consistency_weight < 0:
+            raise RecipeError(
+                f"progression.temporal_consistency_weight: 0 or more, not {self.temporal_consistency_weight}"
+            )
+
+
+@dataclass
 class LoraSettings:
     enabled: bool = False
     r: int = 16
@@ -209,7 +242,12 @@ class Stage2Config:
             raise RecipeError(f"stage2.curriculum_steps: 0 or more, not {self.curriculum_steps}")
 
 
-STAGES: dict[str, type] = {"stage1": Stage1Config, "reranker": RerankerTrainingConfig, "stage2": Stage2Config}
+STAGES: dict[str, type] = {
+    "stage1": Stage1Config,
+    "reranker": RerankerTrainingConfig,
+    "stage2": Stage2Config,
+    "progression": ProgressionTrainingConfig,
+}
 BUILTIN_RECIPES = ("tiny", "demo", "paper")
 # Top-level keys of a recipe besides the stage sections: `extends` names a recipe whose sections this
 # one changes; other sections hold settings of whatever runs the recipe (the demo's own `demo:`).

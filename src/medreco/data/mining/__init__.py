@@ -3,6 +3,7 @@ comparative questions and patient-level splits (`pipeline.mine` writes the table
 reads them back, `sharing.push_mined_dataset` shares them on the Hub, pseudonymised)."""
 
 from .decomposers import LLMSettings
+from .longitudinal import ProgressionPair, progression_pairs
 from .mined import MINED_TABLES, ChainedRows, MinedData, MinedRows, Study
 from .pipeline import (
     ManifestError,
@@ -27,6 +28,7 @@ __all__ = [
     "MinedRows",
     "MiningConfig",
     "MiningWorkerError",
+    "ProgressionPair",
     "SHARED_COLUMNS",
     "Shard",
     "ShardError",
@@ -38,6 +40,7 @@ __all__ = [
     "merge_shards",
     "mine",
     "mine_shard",
+    "progression_pairs",
     "push_mined_dataset",
     "read_study_manifest",
     "shareable_tables",

@@ -13,10 +13,11 @@ one side -> both), location (another lobe, zone or side) and morphology (round -
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ..reports.attributes import Attributes, location_phrases
-from ..reports.change import INVERSE_CHANGE
+from ..reports.change import INVERSE_CHANGE, PROGRESSION_OF_CHANGE
 from ..reports.statement import EntityStatement, MentionStatus
 
 SIZE_CHANGE = 1.2  # relative change in size that counts as increased/decreased
@@ -116,4 +117,37 @@ def consistent_change_label(prior: EntityStatement, current: EntityStatement) ->
     return forward if INVERSE_CHANGE[forward.label] == backward.label else None
 
 
-__all__ = ["ChangeLabel", "change_label", "consistent_change_label"]
+@dataclass(frozen=True)
+class ProgressionPair:
+    """One finding's progression between a patient's prior and current study (a `longitudinal` row
+    whose change has a direction): `progression` is improving, stable or worsening;
+    `image_answerable` is None where nothing is known of what the images show (real archives)."""
+
+    prior: str
+    current: str
+    patient_id: str
+    entity_id: str
+    progression: str
+    image_answerable: bool | None = None
+
+
+def progression_pairs(rows: Iterable[dict], levels: Iterable[str] = ("abnormal", "disease")) -> list[ProgressionPair]:
+    """The rows of a `longitudinal` table that a progression classifier learns from: findings of
+    the given entity levels (the id's second part: `ct/abnormal/...`), with a directional change
+    (`PROGRESSION_OF_CHANGE`), each (prior, current, finding) once."""
+    levels = set(levels)
+    pairs: dict[tuple[str, str, str], ProgressionPair] = {}
+    for row in rows:
+        progression = PROGRESSION_OF_CHANGE.get(row["label"])
+        parts = row["entity_id"].split("/")
+        if progression is None or len(parts) < 2 or parts[1] not in levels:
+            continue
+        answerable = row.get("image_answerable")
+        pairs.setdefault(
+            (row["prior"], row["current"], row["entity_id"]),
+            ProgressionPair(row["prior"], row["current"], row["patient_id"], row["entity_id"], progression, answerable),
+        )
+    return list(pairs.values())
+
+
+__all__ = ["ChangeLabel", "ProgressionPair", "change_label", "consistent_change_label", "progression_pairs"]

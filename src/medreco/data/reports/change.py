@@ -26,4 +26,14 @@ CHANGE_ATTRIBUTES = (
     "overall",
 )
 
-__all__ = ["CHANGE_ATTRIBUTES", "CHANGE_LABELS", "INVERSE_CHANGE"]
+# The progression class (BioViL-T's and TILA's improving / stable / worsening) of a change in a
+# finding; a qualitative change has no direction and is left out, like "unable to compare".
+PROGRESSION_OF_CHANGE = {
+    "new": "worsening",
+    "increased": "worsening",
+    "stable": "stable",
+    "decreased": "improving",
+    "resolved": "improving",
+}
+
+__all__ = ["CHANGE_ATTRIBUTES", "CHANGE_LABELS", "INVERSE_CHANGE", "PROGRESSION_OF_CHANGE"]

@@ -1,0 +1,129 @@
+"""Reading a finding's interval change between a prior and a current study with a progression
+model (a retrieval model saved with BioViL-T's prior-image fusion and a progression head).
+
+Studies are encoded once by the frozen static encoder; each pair is then read forwards (prior ->
+current) and backwards (the two studies swapped), which TILA's protocols and inversion-aware
+scoring need."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..data.mining import ProgressionPair
+from ..data.mining.mined import Study
+from ..hub.download import model_folder
+from ..modeling import PROGRESSION_CLASSES, ProgressionBatch
+from .device import InferenceDevice
+from .encoder import RetrievalEncoder
+
+
+@dataclass
+class StudyTokens:
+    """Static tokens `(N, d)` of each study by id, with the expert id of its modality."""
+
+    tokens: dict[str, torch.Tensor]
+    modality_ids: dict[str, int]
+
+
+def encode_studies(
+    encoder: RetrievalEncoder,
+    studies: Mapping[str, Study],
+    tensors: Mapping[str, torch.Tensor] | None = None,
+    progress: bool = False,
+) -> StudyTokens:
+    """Every study's static tokens, from `tensors` (preprocessed, by id) or its image file."""
+    ids = sorted(studies)
+    encoded = encoder.encode_images(
+        [studies[s].image for s in ids], [studies[s].modality for s in ids], ids, progress=progress, tensors=tensors
+    )
+    tokens, modality_ids = {}, {}
+    for group in encoded:
+        for index, study_id in enumerate(group.study_ids):
+            tokens[study_id] = group.tokens[index]
+            modality_ids[study_id] = int(group.modality_ids[index])
+    return StudyTokens(tokens, modality_ids)
+
+
+def progression_batch(
+    pairs: Sequence[ProgressionPair],
+    studies: StudyTokens,
+    entity_embeddings: Mapping[str, torch.Tensor],
+    use_prior: bool = True,
+    both_orders: bool = False,
+) -> dict:
+    """Model inputs for `pairs`: `modality_ids` and a `ProgressionBatch` with labels (indices into
+    `PROGRESSION_CLASSES`). `use_prior=False` gives every pair the missing-prior token (the static
+    baseline); `entity_embeddings` maps entity ids to `(d,)` text embeddings."""
+    return {
+        "modality_ids": torch.tensor([studies.modality_ids[p.current] for p in pairs]),
+        "progression": ProgressionBatch(
+            current_tokens=torch.stack([studies.tokens[p.current] for p in pairs]),
+            prior_tokens=torch.stack([studies.tokens[p.prior] for p in pairs]),
+            entity_embeddings=torch.stack([entity_embeddings[p.entity_id] for p in pairs]),
+            has_prior=torch.full((len(pairs),), use_prior),
+            labels=torch.tensor([PROGRESSION_CLASSES.index(p.progression) for p in pairs]),
+            both_orders=both_orders,
+        ),
+    }
+
+
+class ProgressionPredictor:
+    """Forward and reversed progression logits of mined pairs from a saved progression model."""
+
+    def __init__(self, encoder: RetrievalEncoder, use_prior: bool = True):
+        if encoder.model.progression is None:
+            raise ValueError("this retrieval model has no progression head (train one: `medreco train progression`)")
+        self.encoder = encoder
+        self.use_prior = use_prior
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, placement: InferenceDevice | None = None, use_prior: bool | None = None
+    ) -> ProgressionPredictor:
+        """A saved progression model; `use_prior` defaults to how it was trained (the
+        `training_config.json` beside it: a static baseline keeps reading without priors)."""
+        encoder = RetrievalEncoder.from_pretrained(name_or_path, placement)
+        if use_prior is None:
+            record = model_folder(name_or_path) / "training_config.json"
+            use_prior = json.loads(record.read_text()).get("use_prior", True) if record.is_file() else True
+        return cls(encoder, bool(use_prior))
+
+    def entity_embeddings(self, entity_ids: Sequence[str], prompts: Mapping[str, str]) -> dict[str, torch.Tensor]:
+        """Text embeddings `(d,)` of findings by id (their prompt, else the id itself)."""
+        return {e: self.encoder.entity_embedding(prompts.get(e, e))[0] for e in sorted(set(entity_ids))}
+
+    @torch.no_grad()
+    def logits(
+        self,
+        pairs: Sequence[ProgressionPair],
+        studies: StudyTokens,
+        entity_embeddings: Mapping[str, torch.Tensor],
+        batch_size: int = 128,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(forward, reversed)` logits `(P, 3)`: each pair read prior -> current, then swapped."""
+        model, placement = self.encoder.model.eval(), self.encoder.placement
+        forward, backward = [], []
+        for start in range(0, len(pairs), batch_size):
+            batch = progression_batch(
+                pairs[start : start + batch_size], studies, entity_embeddings, self.use_prior, both_orders=True
+            )
+            device = self.encoder.device
+            with placement.autocast():
+                output = model(
+                    modality_ids=batch["modality_ids"].to(device),
+                    progression=batch["progression"].to(device),
+                    return_loss=False,
+                )
+            forward.append(output.progression_logits.float().cpu())
+            backward.append(output.reversed_progression_logits.float().cpu())
+        if not forward:
+            return torch.zeros(0, 3), torch.zeros(0, 3)
+        return torch.cat(forward), torch.cat(backward)
+
+
+__all__ = ["ProgressionPredictor", "StudyTokens", "encode_studies", "progression_batch"]
