@@ -16,6 +16,7 @@ from medreco.evaluation import (
     swap_consistency,
     swapped_row,
 )
+from medreco.evaluation.swap import combined_letter
 
 CASES, FOLLOW_UP = ("Case A", "Case B"), ("Prior", "Current")
 PRESENCE = ["Case B only", "Both cases", "Case A only", "Neither case"]
@@ -217,6 +218,34 @@ def test_an_order_blind_answer_is_not_order_dependent():
     assert wrong_way["order_dependent"]["rate"] == 1.0 and wrong_way["both_orders_correct"]["rate"] == 0.0
 
 
+def test_the_four_protocols_and_inversion_aware_scoring():
+    """TILA's protocols for the VLM: a confident wrong first reading is overruled by a confident
+    right swapped one when the two are fused; consistency needs both orders right."""
+    question = row(PRESENCE, "C")  # Case A only; swapped: Case B only (D)
+    options = question["options"]
+    truth, inverse = options.index("Case A only"), options.index("Case B only")
+    # first order: unsure, leaning "Both cases"; swapped order: sure of "Case B only"
+    first = [0.0] * len(options)
+    first[options.index("Both cases")], first[truth] = 1.0, 0.8
+    second = [0.0] * len(options)
+    second[inverse] = 4.0
+    predicted, predicted_swapped = LETTERS[options.index("Both cases")], LETTERS[inverse]
+    result = swap_consistency([question], [predicted], [predicted_swapped], scores=[first], scores_swapped=[second])
+    protocols = result["protocols"]
+    assert list(protocols) == ["standard", "reversed", "combined", "consistency"]
+    assert protocols["standard"]["rate"] == 0.0 and protocols["reversed"]["rate"] == 1.0
+    assert protocols["combined"]["rate"] == 1.0 and protocols["consistency"]["rate"] == 0.0
+    assert combined_letter(question, first, second) == "C"
+    # the fused choice of the swapped pair is the inverse of the fused choice of the pair
+    assert combined_letter(swapped_row(question), second, first) == LETTERS[inverse]
+    # without scores the combined protocol is left out, the other three stay
+    assert list(swap_consistency([question], [predicted], [predicted_swapped])["protocols"]) == [
+        "standard",
+        "reversed",
+        "consistency",
+    ]
+
+
 def test_rows_without_an_inverse_or_a_prediction_are_skipped_and_lengths_checked():
     rows = [*eligible_rows(), row(SIZE, "C", "size"), row(PRESENCE, "C")]
     predicted, swapped = perfect(rows[:6])
@@ -306,5 +335,14 @@ def test_evaluate_swap_consistency_with_a_tiny_vlm(processor):
     answered = closed_predictions(seeing_model, processor, rows, studies, scorings=("letter",))["letter"]
     reused = evaluate_swap_consistency(seeing_model, processor, rows, studies, scoring="letter", answered=answered)
     assert reused["predicted"] == seeing["predicted"] and reused["order_dependent"] == seeing["order_dependent"]
+    # with the first order's option scores, the combined protocol too, from the same letters
+    from medreco.evaluation import closed_option_scores
+
+    scored = closed_option_scores(seeing_model, processor, rows, studies, scorings=("letter",))["letter"]
+    fused = evaluate_swap_consistency(
+        seeing_model, processor, rows, studies, scoring="letter", answered=answered, answered_scores=scored
+    )
+    assert fused["order_dependent"] == seeing["order_dependent"] and "combined" in fused["protocols"]
+    assert seeing["protocols"]["combined"] == fused["protocols"]["combined"]  # scored in both orders itself
     with pytest.raises(ValueError, match="3 answers given for 4 rows"):
         evaluate_swap_consistency(seeing_model, processor, rows, studies, answered=answered[:3])

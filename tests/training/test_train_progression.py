@@ -25,6 +25,7 @@ def toy(tmp_path_factory):
     root = tmp_path_factory.mktemp("longitudinal")
     mined = write_toy_longitudinal(root, patients=90)
     stage1 = root / "stage1"
+    torch.manual_seed(0)  # the untrained encoder's weights, whatever ran before in this process
     medreco.create_model("retrieval", "tiny", text_model_name_or_path=medreco.BUNDLED_TEXT_ENCODER).save_pretrained(
         stage1
     )

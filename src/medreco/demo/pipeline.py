@@ -48,6 +48,7 @@ class DemoConfig:
     reranker_steps: int | None = None
     stage2_steps: int | None = None
     stage2_batch_size: int | None = None
+    progression_steps: int | None = None  # each progression model's steps (TILA's: each of its two phases)
     closed_questions: int | None = None  # closed VQA test questions scored (sampled)
     swap_questions: int | None = None  # of those, asked again with the two images swapped (sampled)
     family_patients: dict[str, int] | None = None  # patients given each smaller family (brain MRI, ...)
@@ -82,10 +83,24 @@ def _done(folder: Path) -> bool:
     return (folder / "config.json").exists()
 
 
-STAGES = ("stage1", "reranker", "stage2", "stage2_blind")
+STAGES = (
+    "stage1",
+    "reranker",
+    "stage2",
+    "stage2_blind",
+    "progression",
+    "progression_static",
+    "progression_tila",
+)
 # a demo stage trained by another recipe stage: (that stage, what the demo adds to it). The blind VLM
-# is stage 2 on blank images with the same data, steps and seed: what the VLM answers without the images.
-STAGE_RECIPES = {"stage2_blind": ("stage2", ("blind_images=true",))}
+# is stage 2 on blank images with the same data, steps and seed: what the VLM answers without the
+# images. The progression model (BioViL-T's prior fusion) is compared with the same model without the
+# prior (the missing-prior token in its place) and with TILA's fine-tuning, at the same budget.
+STAGE_RECIPES = {
+    "stage2_blind": ("stage2", ("blind_images=true",)),
+    "progression_static": ("progression", ("use_prior=false",)),
+    "progression_tila": ("progression", ("loss=bidirectional", "temporal_consistency_weight=50")),
+}
 
 
 def prepare_data(config: DemoConfig, clock: Stopwatch | None = None) -> Path:
@@ -192,6 +207,7 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
     stages = {
         "stage1": [cache, f"alignment.max_steps={config.alignment_steps}", f"ranking.max_steps={config.stage1_steps}"],
         "reranker": [cache, f"retrieval_model={stage1}", f"optimization.max_steps={config.reranker_steps}"],
+        "progression": [cache, f"retrieval_model={stage1}", f"optimization.max_steps={config.progression_steps}"],
         "stage2": [
             cache,
             f"vision_model={stage1}",
@@ -203,7 +219,11 @@ def stage_overrides(config: DemoConfig, stage: str) -> list[str]:
     if stage not in STAGES:
         raise ValueError(f"the demo has no stage {stage!r}; choose from {STAGES}")
     recipe_stage, extra = STAGE_RECIPES.get(stage, (stage, ()))
-    return common + stages[recipe_stage] + list(extra)
+    overrides = common + stages[recipe_stage] + list(extra)
+    if stage == "progression_tila":  # the same steps in all, split as TILA's 20 + 30 epochs
+        first = round(0.4 * config.progression_steps)
+        overrides += [f"optimization.max_steps={first}", f"consistency.max_steps={config.progression_steps - first}"]
+    return overrides
 
 
 def train_demo_stage(config: DemoConfig, stage: str, clock: Stopwatch | None = None) -> Path:
@@ -319,6 +339,7 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     write_text_atomically(out / "retrieval_queries.json", json.dumps(retrieval["queries"]))
     probe = linear_probe(encoder, data, progress=config.progress)
     vqa = evaluate_demo_vqa(config, data, models, probe)
+    temporal = evaluate_demo_temporal(config, data, models)
     entities = {e: {k: v for k, v in entry.items() if k != "probabilities"} for e, entry in probe["entities"].items()}
     return {
         "retrieval": retrieval["summary"],
@@ -330,6 +351,23 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
             "table": probe_table(probe),
         },
         "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
+        "temporal": temporal,
+    }
+
+
+def evaluate_demo_temporal(config: DemoConfig, data, models: Path) -> dict:
+    """TILA's four protocols on the test split's longitudinal pairs: the prior-fused progression
+    model against the same model without the prior, and TILA's fine-tuning against the plain one."""
+    from ..evaluation import evaluate_progression
+    from ..inference import ProgressionPredictor
+
+    def predictor(stage: str) -> ProgressionPredictor:
+        return ProgressionPredictor.from_pretrained(models / stage / "final")
+
+    fused = predictor("progression")
+    return {
+        "prior_vs_static": evaluate_progression(fused, data, "test", baseline=predictor("progression_static")),
+        "tila_vs_plain": evaluate_progression(predictor("progression_tila"), data, "test", baseline=fused),
     }
 
 
@@ -350,7 +388,8 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
         BERTScorer,
         answerability_breakdown,
         available_report_metrics,
-        closed_predictions,
+        best_letter,
+        closed_option_scores,
         evaluate_closed_vqa,
         evaluate_longitudinal,
         evaluate_open_ended,
@@ -372,9 +411,12 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
     baseline_rows = data.rows("vqa", "train") + data.rows("vqa_removed", "train")
     closed = evaluate_closed_vqa(model, processor, closed_rows, baseline_rows, studies, config.progress)
     hits, letters = closed.pop("hits"), {"vlm": closed.pop("predicted")["answer"]}
-    blind_letters = closed_predictions(blind, blind_processor, closed_rows, studies, config.progress, ("answer",))
-    letters["blind_vlm"] = blind_letters["answer"]
-    hits["blind_vlm"] = [p == row["answer"] for p, row in zip(blind_letters["answer"], closed_rows, strict=True)]
+    scores = {"vlm": closed.pop("option_scores")["answer"]}
+    scores["blind_vlm"] = closed_option_scores(
+        blind, blind_processor, closed_rows, studies, config.progress, ("answer",)
+    )["answer"]
+    letters["blind_vlm"] = [best_letter(values) for values in scores["blind_vlm"]]
+    hits["blind_vlm"] = [p == row["answer"] for p, row in zip(letters["blind_vlm"], closed_rows, strict=True)]
     breakdown = answerability_breakdown(hits, closed_rows, studies)
     closed["blind_vlm"] = breakdown["systems"]["blind_vlm"]
     closed["answerability"] = {key: value for key, value in breakdown.items() if key != "groups"}
@@ -384,7 +426,13 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
     swap_rows = [closed_rows[i] for i in swap_indices]
     swaps = {  # the first order was answered above: only the swapped twins are asked
         name: evaluate_swap_consistency(
-            m, p, swap_rows, studies, config.progress, answered=[letters[name][i] for i in swap_indices]
+            m,
+            p,
+            swap_rows,
+            studies,
+            config.progress,
+            answered=[letters[name][i] for i in swap_indices],
+            answered_scores=[scores[name][i] for i in swap_indices],
         )
         for name, (m, p) in (("vlm", (model, processor)), ("blind_vlm", (blind, blind_processor)))
     }

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..atomic import save_figure, write_text_atomically
 from .report_comparison import answerability_lines, answerability_plot, percent, probe_lines
 from .report_headline import headline_lines, headline_plot, headlines
+from .report_temporal import temporal_lines
 
 SYSTEMS = ("entity", "entity+rerank", "holistic")
 
@@ -100,6 +101,7 @@ def markdown_report(metrics: dict) -> str:
         probe_lines,
         _open_ended_lines,
         _longitudinal_lines,
+        temporal_lines,
         _wall_time_and_model_lines,
     )
     lines = [line for section in sections for line in section(metrics)]

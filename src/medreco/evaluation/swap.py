@@ -14,10 +14,12 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
+import torch
+
 from ..data.mining.questions import LETTERS
 from ..data.mining.swap import CHANGE_INVERSES, inverse_option, row_inverse, swapped_row, true_inverse
 from .metrics import clustered_mean, clustered_paired_test, mcnemar_test, wilson_interval
-from .vqa import CLOSED_SCORING, closed_predictions, question_cluster
+from .vqa import CLOSED_SCORING, best_letter, closed_option_scores, question_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +52,28 @@ def _judge(row: dict, chosen: str, chosen_swapped: str) -> dict:
     }
 
 
+def combined_letter(row: dict, scores: Sequence[float], scores_swapped: Sequence[float]) -> str:
+    """TILA's inversion-aware choice for one row: each option's probability (softmax of its
+    scores) in the first order averaged with the probability of its inverse in the swapped order;
+    an option without an inverse among the options gets no support from the swapped order."""
+    options = list(row["options"])
+    first = torch.tensor(scores, dtype=torch.float).softmax(0)
+    second = torch.tensor(scores_swapped, dtype=torch.float).softmax(0)
+    fused = []
+    for index, option in enumerate(options):
+        inverse = row_inverse(row, option)
+        support = second[options.index(inverse)] if inverse in options else 0.0
+        fused.append(float(first[index] + support) / 2)
+    return LETTERS[max(range(len(fused)), key=lambda i: (fused[i], -i))]
+
+
 def swap_consistency(
     rows: Sequence[dict],
     predicted: Sequence[str | None],
     predicted_swapped: Sequence[str | None],
     studies: dict | None = None,
+    scores: Sequence[Sequence[float] | None] | None = None,
+    scores_swapped: Sequence[Sequence[float] | None] | None = None,
 ) -> dict:
     """Swap consistency from the letters a system chose for each row (`predicted`) and for the row
     with its images swapped (`predicted_swapped`, same options, see `swapped_row`). Rows whose true
@@ -67,7 +86,9 @@ def swap_consistency(
     bootstrap interval, `clustered`), `both_orders_correct`, `accuracy` and `accuracy_swapped`;
     `by_dimension` (the headline per dimension); `hits` (per-row lists) with `rows` and
     `order_dependent_rows` (indices into `rows` they are aligned with) and, when known, `clusters`
-    (the order-dependent rows' patients), for comparing two systems (`swap_comparison`)."""
+    (the order-dependent rows' patients), for comparing two systems (`swap_comparison`). With
+    `scores` and `scores_swapped` (each option's score per row, both orders), also `combined` and
+    `protocols` (TILA's four, see the module doc)."""
     if not len(rows) == len(predicted) == len(predicted_swapped):
         raise ValueError(f"{len(rows)} rows, {len(predicted)} predictions, {len(predicted_swapped)} swapped ones")
     verdicts: dict[int, dict] = {}
@@ -97,6 +118,21 @@ def swap_consistency(
         "hits": hits,
         "rows": eligible,
         "order_dependent_rows": asymmetric,
+    }
+    protocols = {
+        "standard": result["accuracy"],
+        "reversed": result["accuracy_swapped"],
+        "consistency": result["both_orders_correct"],
+    }
+    if scores is not None and scores_swapped is not None:
+        combined = []
+        for i in eligible:
+            truth = rows[i]["answer"]
+            if scores[i] is not None and scores_swapped[i] is not None:
+                combined.append(combined_letter(rows[i], scores[i], scores_swapped[i]) == truth)
+        result["combined"] = protocols["combined"] = _share(combined)
+    result["protocols"] = {
+        name: protocols[name] for name in ("standard", "reversed", "combined", "consistency") if name in protocols
     }
     if studies is not None and asymmetric:
         clusters = [question_cluster(rows[i], studies) for i in asymmetric]
@@ -131,32 +167,46 @@ def evaluate_swap_consistency(
     progress: bool = False,
     scoring: str = CLOSED_SCORING[0],
     answered: Sequence[str] | None = None,
+    answered_scores: Sequence[Sequence[float]] | None = None,
 ) -> dict:
     """Swap consistency of a VLM under one `scoring`: it answers every row whose true answer has an
     inverse among its options in both image orders (`closed_predictions`), and the letters are judged
     by `swap_consistency`. `answered`: the letters the model already chose for `rows` in their own
-    order under `scoring` (an earlier closed evaluation), so that only the swapped twins are asked.
+    order under `scoring` (an earlier closed evaluation), so that only the swapped twins are asked;
+    with `answered_scores` (each option's score behind them) the combined protocol is scored too.
     Also returns `scoring` and the per-row letters, aligned with `rows` (`predicted`,
     `predicted_swapped`; None for a row without a swapped twin)."""
     rows = list(rows)
     if answered is not None and len(answered) != len(rows):
         raise ValueError(f"{len(answered)} answers given for {len(rows)} rows")
+    if answered_scores is not None and len(answered_scores) != len(rows):
+        raise ValueError(f"{len(answered_scores)} option scores given for {len(rows)} rows")
     twins = [swapped_row(row) for row in rows]
     eligible = [i for i, twin in enumerate(twins) if twin is not None]
     logger.info("swap consistency: %d of %d questions have a swapped twin", len(eligible), len(rows))
     predicted: list[str | None] = [None] * len(rows)
     predicted_swapped: list[str | None] = [None] * len(rows)
+    scores: list | None = None if answered is not None and answered_scores is None else [None] * len(rows)
+    scores_swapped: list | None = [None] * len(rows)
     if eligible:
         scorings = (scoring,)
         if answered is None:
-            first = closed_predictions(model, processor, [rows[i] for i in eligible], studies, progress, scorings)
-        else:
-            first = {scoring: [answered[i] for i in eligible]}
-        second = closed_predictions(model, processor, [twins[i] for i in eligible], studies, progress, scorings)
-        for i, letter, swapped_letter in zip(eligible, first[scoring], second[scoring], strict=True):
-            predicted[i], predicted_swapped[i] = letter, swapped_letter
+            first = closed_option_scores(model, processor, [rows[i] for i in eligible], studies, progress, scorings)
+        elif answered_scores is not None:
+            first = {scoring: [answered_scores[i] for i in eligible]}
+        second = closed_option_scores(model, processor, [twins[i] for i in eligible], studies, progress, scorings)
+        for position, i in enumerate(eligible):
+            predicted_swapped[i] = best_letter(second[scoring][position])
+            scores_swapped[i] = second[scoring][position]
+            if answered is None or answered_scores is not None:
+                scores[i] = first[scoring][position]
+                predicted[i] = best_letter(first[scoring][position]) if answered is None else answered[i]
+            else:
+                predicted[i] = answered[i]
     return {
-        **swap_consistency(rows, predicted, predicted_swapped, studies),
+        **swap_consistency(
+            rows, predicted, predicted_swapped, studies, scores, scores_swapped if scores is not None else None
+        ),
         "scoring": scoring,
         "predicted": predicted,
         "predicted_swapped": predicted_swapped,

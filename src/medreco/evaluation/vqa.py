@@ -53,7 +53,7 @@ def _on_device(inputs: dict, model) -> dict:
 
 
 @torch.no_grad()
-def choose_options(
+def option_scores(
     model,
     processor,
     images: Sequence,
@@ -62,11 +62,12 @@ def choose_options(
     options: Sequence[str],
     scorings: Sequence[str],
     entity: str | None = None,
-) -> dict[str, str]:
-    """The letter (A, B, ...) of the option the model chooses under each of `scorings` (see the
-    module doc). With `"answer"` among them, one padded batch of the options' answers serves every
-    scoring: the next-token logits before the first answer token are those of `"letter"`.
-    `entity`: the question's entity id, for a VLM with entity tokens."""
+) -> dict[str, list[float]]:
+    """Each option's score under each of `scorings` (see the module doc; the highest is chosen):
+    the summed (`answer`) or mean (`answer_mean`) log-likelihood of its answer, or the next-token
+    logit of its letter (`letter`). With `"answer"` among them, one padded batch of the options'
+    answers serves every scoring: the next-token logits before the first answer token are those of
+    `"letter"`. `entity`: the question's entity id, for a VLM with entity tokens."""
     unknown = [s for s in scorings if s not in CLOSED_SCORING]
     if unknown:
         raise ValueError(f"unknown closed-question scoring {unknown[0]!r}; choose from {CLOSED_SCORING}")
@@ -80,7 +81,7 @@ def choose_options(
         )
         inputs = _on_device(inputs, model)
         logits = model(**_model_inputs(inputs, processor)).logits[0, -1]
-        return {"letter": letters[int(torch.argmax(logits[letter_ids]))]}
+        return {"letter": logits[letter_ids].float().tolist()}
     # the batch holds every option's answer after the same two images: preprocess each once
     images = [processor.image_processor.preprocessed(i, modality) for i in images]
     conversations = [
@@ -94,15 +95,33 @@ def choose_options(
     trained = targets != -100
     token_scores = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     summed = (token_scores * trained).sum(-1)
-    chosen = {
-        "answer": letters[int(torch.argmax(summed))],
-        "answer_mean": letters[int(torch.argmax(summed / trained.sum(-1).clamp(min=1)))],
-    }
+    scores = {"answer": summed.tolist(), "answer_mean": (summed / trained.sum(-1).clamp(min=1)).tolist()}
     if "letter" in scorings:
         # every answer starts with its letter after the same prompt: the logits before it are shared
         before_answer = int(trained[0].nonzero()[0])
-        chosen["letter"] = letters[int(torch.argmax(logits[0, before_answer, letter_ids]))]
-    return {scoring: chosen[scoring] for scoring in scorings}
+        scores["letter"] = logits[0, before_answer, letter_ids].tolist()
+    return {scoring: scores[scoring] for scoring in scorings}
+
+
+def choose_options(
+    model,
+    processor,
+    images: Sequence,
+    modality: str,
+    question: str,
+    options: Sequence[str],
+    scorings: Sequence[str],
+    entity: str | None = None,
+) -> dict[str, str]:
+    """The letter (A, B, ...) of the option the model chooses under each of `scorings`: the one
+    with the highest `option_scores`."""
+    scores = option_scores(model, processor, images, modality, question, options, scorings, entity)
+    return {scoring: best_letter(values) for scoring, values in scores.items()}
+
+
+def best_letter(scores: Sequence[float]) -> str:
+    """The letter of the highest score (the first on ties)."""
+    return LETTERS[max(range(len(scores)), key=lambda i: (scores[i], -i))]
 
 
 def _option_logits(model, processor, inputs: dict, images_per_option: int) -> torch.Tensor:
@@ -154,13 +173,13 @@ def row_entities(processor, rows: Sequence[dict], studies: dict, question: str =
     return [row.get("entity_id") or finder.find(row[question], studies[row["study_a"]].modality) for row in rows]
 
 
-def closed_predictions(
+def closed_option_scores(
     model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scorings: Sequence[str] = ("letter",)
-) -> dict[str, list[str]]:
-    """The letter each scoring chooses for each of the mined VQA rows (study_a, study_b, question,
-    options); `studies` maps study ids to objects with `image` and `modality`."""
+) -> dict[str, list[list[float]]]:
+    """Each option's score (`option_scores`) under each scoring for each of the mined VQA rows
+    (study_a, study_b, question, options); `studies` maps study ids to objects with `image` and `modality`."""
     model.eval()
-    predicted: dict[str, list[str]] = {scoring: [] for scoring in scorings}
+    scored: dict[str, list[list[float]]] = {scoring: [] for scoring in scorings}
     entities = row_entities(processor, rows, studies)
     for row, entity in tqdm(
         zip(rows, entities, strict=True),
@@ -170,19 +189,20 @@ def closed_predictions(
         disable=not progress,
     ):
         a, b = studies[row["study_a"]], studies[row["study_b"]]
-        chosen = choose_options(
-            model,
-            processor,
-            [a.image, b.image],
-            a.modality,
-            row["question"],
-            row["options"],
-            scorings,
-            entity,
+        values = option_scores(
+            model, processor, [a.image, b.image], a.modality, row["question"], row["options"], scorings, entity
         )
         for scoring in scorings:
-            predicted[scoring].append(chosen[scoring])
-    return predicted
+            scored[scoring].append(values[scoring])
+    return scored
+
+
+def closed_predictions(
+    model, processor, rows: Sequence[dict], studies: dict, progress: bool = False, scorings: Sequence[str] = ("letter",)
+) -> dict[str, list[str]]:
+    """The letter each scoring chooses for each of the mined VQA rows (`closed_option_scores`)."""
+    scored = closed_option_scores(model, processor, rows, studies, progress, scorings)
+    return {scoring: [best_letter(values) for values in per_row] for scoring, per_row in scored.items()}
 
 
 def preload_images(studies: dict, study_ids, image_processor, progress: bool = False) -> dict:
@@ -260,8 +280,10 @@ def evaluate_closed_vqa(
     studies know their patients, the patient-clustered comparison: difference, cluster-bootstrap
     interval, sign-flip p-value; a question is clustered by one of its patients, `question_cluster`).
     `text_only`, `mcnemar` and `clustered` repeat the text-only comparison; `hits` holds every
-    system's hit per question, `predicted` the VLM's letters per scoring."""
-    predicted = closed_predictions(model, processor, rows, studies, progress, scorings)
+    system's hit per question, `predicted` the VLM's letters per scoring and `option_scores` each
+    option's score behind them."""
+    scored = closed_option_scores(model, processor, rows, studies, progress, scorings)
+    predicted = {scoring: [best_letter(values) for values in per_row] for scoring, per_row in scored.items()}
     hits = {
         scoring: [letter == row["answer"] for letter, row in zip(letters, rows, strict=True)]
         for scoring, letters in predicted.items()
@@ -278,6 +300,7 @@ def evaluate_closed_vqa(
         # per question: the headline VLM's and each baseline's hits, for comparisons with other systems
         "hits": {"vlm": hits[scorings[0]], **baselines},
         "predicted": predicted,
+        "option_scores": scored,
     }
 
 
