@@ -371,6 +371,33 @@ def evaluate_demo_temporal(config: DemoConfig, data, models: Path) -> dict:
     }
 
 
+def demo_swap_consistency(config: DemoConfig, vlms: dict, rows: list[dict], studies: dict, letters, scores) -> dict:
+    """Swap consistency (and TILA's four protocols) of each VLM on the demo's sample of its closed
+    questions, whose first order was answered already (`letters`, `scores`): only the swapped twins
+    are asked; with the VLM-minus-blind-VLM comparison."""
+    from ..evaluation import evaluate_swap_consistency, sample_rows, swap_comparison
+
+    indices = sample_rows(range(len(rows)), config.swap_questions, config.seed)
+    swaps = {
+        name: evaluate_swap_consistency(
+            model,
+            processor,
+            [rows[i] for i in indices],
+            studies,
+            config.progress,
+            answered=[letters[name][i] for i in indices],
+            answered_scores=[scores[name][i] for i in indices],
+        )
+        for name, (model, processor) in vlms.items()
+    }
+    swap = {
+        name: {k: v for k, v in result.items() if k not in ("predicted", "predicted_swapped", "hits")}
+        for name, result in swaps.items()
+    }
+    swap["vlm_minus_blind_vlm"] = swap_comparison(swaps["vlm"], swaps["blind_vlm"])
+    return swap
+
+
 def _load_vlm(folder: Path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -393,11 +420,9 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
         evaluate_closed_vqa,
         evaluate_longitudinal,
         evaluate_open_ended,
-        evaluate_swap_consistency,
         preload_images,
         presence_ceiling,
         sample_rows,
-        swap_comparison,
     )
     from ..inference import ComparativeReader
 
@@ -422,25 +447,8 @@ def evaluate_demo_vqa(config: DemoConfig, data, models: Path, probe: dict | None
     closed["answerability"] = {key: value for key, value in breakdown.items() if key != "groups"}
     for group, entry in breakdown.get("groups", {}).items():  # image_answerable, report_only, unknown
         closed[group] = {**entry.pop("systems"), **entry}
-    swap_indices = sample_rows(range(len(closed_rows)), config.swap_questions, config.seed)
-    swap_rows = [closed_rows[i] for i in swap_indices]
-    swaps = {  # the first order was answered above: only the swapped twins are asked
-        name: evaluate_swap_consistency(
-            m,
-            p,
-            swap_rows,
-            studies,
-            config.progress,
-            answered=[letters[name][i] for i in swap_indices],
-            answered_scores=[scores[name][i] for i in swap_indices],
-        )
-        for name, (m, p) in (("vlm", (model, processor)), ("blind_vlm", (blind, blind_processor)))
-    }
-    swap = {
-        name: {k: v for k, v in result.items() if k not in ("predicted", "predicted_swapped", "hits")}
-        for name, result in swaps.items()
-    }
-    swap["vlm_minus_blind_vlm"] = swap_comparison(swaps["vlm"], swaps["blind_vlm"])
+    vlms = {"vlm": (model, processor), "blind_vlm": (blind, blind_processor)}
+    swap = demo_swap_consistency(config, vlms, closed_rows, studies, letters, scores)
     ontology = Ontology.load()
     follow_up = longitudinal_questions(data.rows("longitudinal", "test"), ontology, config.seed)
     follow_up_train = longitudinal_questions(data.rows("longitudinal", "train"), ontology, config.seed)

@@ -110,6 +110,17 @@ def refuse_train_transforms(data: DataConfig, stage: str) -> None:
         raise RecipeError(f"{stage}.data.train_transforms: only stage 1 augments its images (stage1.data)")
 
 
+def frozen_retrieval_encoder(retrieval_model: str, data: DataConfig):
+    """The trained retrieval model a later stage reads frozen (the reranker, the progression model),
+    with the recipe's per-modality image settings (`data.recipes`) laid over its processor's."""
+    from ..inference.encoder import RetrievalEncoder
+
+    encoder = RetrievalEncoder.from_pretrained(retrieval_model, tensor_cache_dir=data.tensor_cache_dir)
+    for name, values in (data.recipes or {}).items():
+        encoder.image_processor.recipes[name] = {**encoder.image_processor.recipes[name], **values}
+    return encoder
+
+
 class ModalityBatchSampler:
     """Yields lists of item indices, each of one modality, for one process of a (possibly
     distributed) run. An optimiser step's micro-batches (`num_replicas` x `accumulation`: the

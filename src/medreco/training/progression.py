@@ -33,7 +33,7 @@ from ..modeling import (
 )
 from ..processing import MedReCoRetrievalProcessor
 from .config import ProgressionTrainingConfig
-from .data import ImageStore, batch_size_rule, check_nonempty, refuse_train_transforms
+from .data import ImageStore, batch_size_rule, check_nonempty, frozen_retrieval_encoder, refuse_train_transforms
 from .loop import Phase, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
@@ -65,12 +65,7 @@ class ProgressionTrainer:
         self.config = config
         refuse_train_transforms(config.data, "progression")
         set_seed(config.run.seed)
-        self.encoder = RetrievalEncoder.from_pretrained(
-            config.retrieval_model, tensor_cache_dir=config.data.tensor_cache_dir
-        )
-        if config.data.recipes:
-            for name, values in config.data.recipes.items():
-                self.encoder.image_processor.recipes[name] = {**self.encoder.image_processor.recipes[name], **values}
+        self.encoder = frozen_retrieval_encoder(config.retrieval_model, config.data)
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         self.model = progression_model(self.encoder.model, config.num_temporal_layers)
         self._tokens: StudyTokens | None = None

@@ -21,10 +21,9 @@ from transformers import set_seed
 from ..data.mining import MinedData
 from ..data.reports.ontology import entity_prompts
 from ..factory import create_model
-from ..inference.encoder import RetrievalEncoder
 from ..modeling import MedReCoReranker, select_top_tokens
 from .config import RerankerTrainingConfig
-from .data import ImageStore, batch_size_rule, check_nonempty, refuse_train_transforms
+from .data import ImageStore, batch_size_rule, check_nonempty, frozen_retrieval_encoder, refuse_train_transforms
 from .loop import Phase, PhaseResult, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
@@ -53,12 +52,7 @@ class RerankerTrainer:
         self.config = config
         refuse_train_transforms(config.data, "reranker")
         set_seed(config.run.seed)  # model initialisation included: a seed reproduces the run
-        self.encoder = RetrievalEncoder.from_pretrained(
-            config.retrieval_model, tensor_cache_dir=config.data.tensor_cache_dir
-        )
-        if config.data.recipes:
-            for name, values in config.data.recipes.items():
-                self.encoder.image_processor.recipes[name] = {**self.encoder.image_processor.recipes[name], **values}
+        self.encoder = frozen_retrieval_encoder(config.retrieval_model, config.data)
         self.data = MinedData(config.data.mined_dir, config.data.modalities)
         vision = self.encoder.model.config.vision_config
         if config.model.init_from:
