@@ -88,6 +88,10 @@ class ProgressionPredictor:
         """A saved progression model; `use_prior` defaults to how it was trained (the
         `training_config.json` beside it: a static baseline keeps reading without priors)."""
         encoder = RetrievalEncoder.from_pretrained(name_or_path, placement)
+        if encoder.model.progression is None:
+            raise ValueError(
+                f"{name_or_path}: this retrieval model has no progression head (train one: `medreco train progression`)"
+            )
         if use_prior is None:
             record = model_folder(name_or_path) / "training_config.json"
             use_prior = json.loads(record.read_text()).get("use_prior", True) if record.is_file() else True
