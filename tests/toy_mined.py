@@ -128,11 +128,21 @@ def write_toy_mined(root: str | Path, patients: int = 48, seed: int = 0) -> Path
 PROGRESSION_CHANGES = ("decreased", "stable", "increased")  # improving, stable, worsening
 
 
-def write_toy_longitudinal(root: str | Path, patients: int = 60, seed: int = 0) -> Path:
+CHANGE_WORDING = (
+    "It has decreased since the prior study.",
+    "It is unchanged.",
+    "It has increased since the prior study.",
+)
+
+
+def write_toy_longitudinal(root: str | Path, patients: int = 60, seed: int = 0, change_reports: bool = False) -> Path:
     """Two radiographs per patient, a prior and a current one, each with a bright square (pleural
     effusion) whose side changes by -6, 0 or +6 pixels between them: the `longitudinal` table's
     label is decreased, stable or increased. The current square's side is uniform whatever the
-    change, so the change is read from the pair, not from the current image. Returns the mined folder."""
+    change, so the change is read from the pair, not from the current image. With `change_reports`
+    the current report says the change and not the size (what temporal pretraining learns from:
+    no single image tells which report is its own), and the square stays centred, as a follow-up
+    shows a finding where it was. Returns the mined folder."""
     import datasets
 
     root = Path(root)
@@ -148,18 +158,23 @@ def write_toy_longitudinal(root: str | Path, patients: int = 60, seed: int = 0) 
             study_id = f"L{index:03d}-{when}"
             image = rng.normal(90, 8, (40, 40))
             top, left = rng.integers(2, 40 - side - 1), rng.integers(2, 40 - side - 1)
+            if change_reports:  # the finding stays where it was, its centre fixed
+                top = left = 20 - side // 2
             image[top : top + side, left : left + side] += 120
             path = root / "images" / f"{study_id}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(path)
-            statement = {EFFUSION: {"status": "positive", "sentences": [f"Pleural effusion, {side} mm."]}}
+            sentence = f"Pleural effusion, {side} mm."
+            if change_reports and when == "current":
+                sentence = f"Pleural effusion. {CHANGE_WORDING[change]}"
+            statement = {EFFUSION: {"status": "positive", "sentences": [sentence]}}
             studies.append(
                 {
                     "study_id": study_id,
                     "patient_id": f"P{index:03d}",
                     "modality": "chest_xray",
                     "image": str(path),
-                    "report": f"Pleural effusion, {side} mm.",
+                    "report": sentence,
                     "split": split,
                     "statements": json.dumps(statement),
                 }
@@ -184,3 +199,17 @@ def write_toy_longitudinal(root: str | Path, patients: int = 60, seed: int = 0) 
     tables = {name: table_fingerprint(mined / name) for name in ("studies", "longitudinal")}
     (mined / SUMMARY_FILE).write_text(json.dumps({"tables": tables}))
     return mined
+
+
+def write_ms_cxr_t_csv(data, folder: str | Path, split: str = "test") -> Path:
+    """A mined toy folder's (`MinedData`) longitudinal pairs of `split` as an MS-CXR-T CSV (pleural
+    effusion; each study's id stands for its DICOM id)."""
+    progression = {"decreased": "improving", "stable": "stable", "increased": "worsening"}
+    lines = ["subject_id,study_id,dicom_id,previous_study_id,previous_dicom_id,pleural_effusion_progression"]
+    lines += [
+        f"{r['patient_id']},{r['current']},{r['current']},{r['prior']},{r['prior']},{progression[r['label']]}"
+        for r in data.rows("longitudinal", split)
+    ]
+    csv = Path(folder) / "MS_CXR_T_temporal_image_classification_v1.0.0.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    return csv

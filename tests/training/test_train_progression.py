@@ -15,7 +15,7 @@ from medreco.evaluation import PROTOCOLS, evaluate_progression
 from medreco.inference import ProgressionPredictor
 from medreco.training import load_recipe
 from medreco.training.progression import ProgressionTrainer
-from toy_mined import write_toy_longitudinal
+from toy_mined import write_ms_cxr_t_csv, write_toy_longitudinal
 
 RECIPE = {"chest_xray": {"size": [1, 40, 40]}}
 
@@ -158,19 +158,31 @@ def test_ms_cxr_t_layout_scores_the_same_pairs_as_the_mined_folder(trained, toy,
 
     root, mined, _ = toy
     data = MinedData(mined)
-    progression = {"decreased": "improving", "stable": "stable", "increased": "worsening"}
-    lines = ["subject_id,study_id,dicom_id,previous_study_id,previous_dicom_id,pleural_effusion_progression"]
-    lines += [
-        f"{r['patient_id']},{r['current']},{r['current']},{r['prior']},{r['prior']},{progression[r['label']]}"
-        for r in data.rows("longitudinal", "test")
-    ]
-    csv = tmp_path / "MS_CXR_T_temporal_image_classification_v1.0.0.csv"
-    csv.write_text("\n".join(lines) + "\n")
+    csv = write_ms_cxr_t_csv(data, tmp_path)
     public = run_public_set("ms-cxr-t", trained["fused"][0], csv, root / "images", progress=False)
     assert public["findings"]["pleural_effusion"] == "cxr/abnormal/pleural-effusion@pleura"
+    assert public["reading"] == "fine-tuned"
     mined_report = evaluate_progression(ProgressionPredictor.from_pretrained(trained["fused"][0]), data, "test")
     for protocol in PROTOCOLS:
         assert public["all"]["model"][protocol]["value"] == pytest.approx(
             mined_report["all"]["model"][protocol]["value"]
         )
     assert set(public["all"]["model"]["by_group"]) == {"pleural_effusion"}
+
+
+def test_change_probe_reads_the_change_from_the_pair_not_the_current_study(trained, toy, tmp_path, capsys):
+    """The frozen features' linear read-out: on the toy the change is in the pair only, so the probe
+    of (current - prior, current) is above the probe of the current study alone."""
+    from medreco.evaluation import change_probe
+
+    _, mined, _ = toy
+    encoder = ProgressionPredictor.from_pretrained(trained["fused"][0]).encoder
+    result = change_probe(encoder, MinedData(mined), "test")
+    assert result["train_pairs"] == 60 and result["pair"]["pairs"] == 30
+    assert set(PROTOCOLS) <= set(result["pair"]) and set(PROTOCOLS) <= set(result["current_only"])
+    assert result["pair"]["standard"]["value"] > result["current_only"]["standard"]["value"] + 0.2, result
+    out = tmp_path / "probe.json"
+    flags = ["--protocol", "temporal", "--probe", "--model", str(trained["fused"][0]), "--mined", str(mined)]
+    assert main(["evaluate", *flags, "--out", str(out), "--quiet"]) == 0
+    assert "change probe (pair)" in capsys.readouterr().out
+    assert json.loads(out.read_text())["change_probe"]["pair"]["standard"] == result["pair"]["standard"]

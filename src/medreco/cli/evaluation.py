@@ -28,6 +28,12 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         help="--protocol temporal: another progression model scored on the same pairs, with the difference",
     )
+    parser.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="--protocol temporal: read the change without a progression head, the prior-fused feature "
+        "against text prompts of each class (a stage-1 model pretrained with prior-image fusion)",
+    )
     parser.add_argument("--reranker", help="reranker folder: also score entity+rerank")
     parser.add_argument("--split", default="test", help="the benchmark split to score")
     parser.add_argument("--rerank-top", type=int, default=10, help="candidates the reranker rescores")
@@ -44,7 +50,8 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         help="also fit a linear probe of the frozen entity-conditioned features for each entity's status "
         "on the train split, score it on --split, and report the presence-question accuracy it implies "
         '(text prior x probe: the ceiling for a stage 2 on these features); in --out as "probe" and '
-        '"presence_ceiling"',
+        '"presence_ceiling"; with --protocol temporal, a linear probe of the frozen features of each pair '
+        '(current - prior, current) for the progression class, and of the current study alone ("change_probe")',
     )
     parser.add_argument("--out", help="write the per-query results and summary (JSON)")
     device_arguments(parser)
@@ -61,8 +68,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.protocol == "temporal":
         return _evaluate_temporal(args)
-    if args.baseline:
-        raise ValueError("--baseline belongs to --protocol temporal")
+    if args.baseline or args.zero_shot:
+        raise ValueError("--baseline and --zero-shot belong to --protocol temporal")
     placement = inference_device(args)
     encoder = RetrievalEncoder.from_pretrained(args.model, placement)
     reranker = RerankerScorer.from_pretrained(args.reranker, placement) if args.reranker else None
@@ -94,20 +101,35 @@ def _evaluate_temporal(args: argparse.Namespace) -> int:
     """TILA's protocols of a progression model (and a baseline) on the mined longitudinal pairs."""
     from ..atomic import write_text_atomically
     from ..data.mining import MinedData
-    from ..evaluation import PROTOCOLS, evaluate_progression
-    from ..inference import ProgressionPredictor
+    from ..evaluation import PROTOCOLS, change_probe, evaluate_progression
+    from ..inference import ProgressionPredictor, ZeroShotProgressionPredictor
 
-    for flag in ("reranker", "probe"):
-        if getattr(args, flag):
-            raise ValueError(f"--{flag} belongs to --protocol retrieval")
+    if args.reranker:
+        raise ValueError("--reranker belongs to --protocol retrieval")
     if args.clip_model:
         raise ValueError("--clip-model belongs to --protocol retrieval")
     placement = inference_device(args)
-    predictor = ProgressionPredictor.from_pretrained(args.model, placement)
-    baseline = ProgressionPredictor.from_pretrained(args.baseline, placement) if args.baseline else None
-    report = evaluate_progression(predictor, MinedData(args.mined), args.split, baseline, progress=not args.quiet)
+    reader = ZeroShotProgressionPredictor if args.zero_shot else ProgressionPredictor
+    predictor = reader.from_pretrained(args.model, placement)
+    baseline = reader.from_pretrained(args.baseline, placement) if args.baseline else None
+    data = MinedData(args.mined)
+    report = evaluate_progression(predictor, data, args.split, baseline, progress=not args.quiet)
+    if args.probe:
+        report["change_probe"] = change_probe(predictor.encoder, data, args.split, progress=not args.quiet)
     if args.out:
         write_text_atomically(args.out, json.dumps(report, indent=1))
+    print_protocols(report)
+    if args.probe:
+        for name in ("pair", "current_only"):
+            cells = "  ".join(f"{p} {report['change_probe'][name][p]['value']:.3f}" for p in PROTOCOLS)
+            print(f"  change probe ({name.replace('_', ' ')}): {cells}")
+    return 0
+
+
+def print_protocols(report: dict) -> None:
+    """TILA's four protocols of a temporal report, per system (and the difference from a baseline)."""
+    from ..evaluation import PROTOCOLS
+
     for subset in ("all", "image_answerable"):
         if subset not in report:
             continue
@@ -126,7 +148,6 @@ def _evaluate_temporal(args: argparse.Namespace) -> int:
                 f"{p} {v['value']:+.3f} (p={v['p_value']:.3f})" for p, v in scored["model_minus_baseline"].items()
             )
             print(f"  model - baseline: {cells}")
-    return 0
 
 
 def _probe(encoder, data, args: argparse.Namespace) -> dict:
@@ -192,6 +213,9 @@ def _evaluate_public(args: argparse.Namespace) -> int:
         print(f"{args.name} (n={result['items']}): {cells}")
         if "bleu_signature" in result:
             print(f"BLEU: sacreBLEU {result['bleu_signature']}")
+    elif "all" in result:  # MS-CXR-T on a progression model (fine-tuned or zero-shot)
+        print(f"{args.name} ({result['reading']}, n={result['items']} studies)")
+        print_protocols(result)
     else:
         low, high = result["ci95"]
         print(f"{args.name} accuracy {result['accuracy']:.3f} [95% CI {low:.3f}-{high:.3f}] (n={result['questions']})")

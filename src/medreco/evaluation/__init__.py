@@ -22,6 +22,7 @@ from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize
 from .swap import evaluate_swap_consistency, inverse_option, swap_comparison, swap_consistency, swapped_row
 from .temporal import (
     PROTOCOLS,
+    change_probe,
     clustered_balanced_accuracy,
     evaluate_progression,
     progression_protocols,
@@ -75,6 +76,7 @@ __all__ = [
     "evaluate_longitudinal",
     "evaluate_open_ended",
     "evaluate_progression",
+    "change_probe",
     "evaluate_retrieval",
     "evaluate_swap_consistency",
     "exact_match",

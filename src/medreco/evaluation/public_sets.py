@@ -204,7 +204,8 @@ def evaluate_medical_diff_vqa(
 def evaluate_ms_cxr_t_progression(
     predictor, items: Sequence[ProgressionItem], images: ImageLocator, progress: bool = False
 ) -> dict:
-    """MS-CXR-T on a progression model (`inference.ProgressionPredictor`): TILA's four protocols
+    """MS-CXR-T on a progression model (`inference.ProgressionPredictor`, or zero-shot
+    `inference.ZeroShotProgressionPredictor`): TILA's four protocols
     by class-balanced macro-accuracy, per finding (`by_group`) and over all labelled pairs, with
     intervals clustered by subject, through the same code as the mined longitudinal pairs. Each
     finding is read through its vocabulary entity (its name where the vocabulary has none). The
@@ -262,12 +263,14 @@ def run_public_set(
     if not items:
         raise PublicSetDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
     images = ImageLocator(image_root)
-    if name == "ms-cxr-t" and _has_progression_head(model_dir):
-        from ..inference import ProgressionPredictor
+    reading = _temporal_reading(model_dir) if name == "ms-cxr-t" else None
+    if reading is not None:
+        from ..inference import ProgressionPredictor, ZeroShotProgressionPredictor
 
-        predictor = ProgressionPredictor.from_pretrained(model_dir, placement)
+        predictor_class = ProgressionPredictor if reading == "fine-tuned" else ZeroShotProgressionPredictor
+        predictor = predictor_class.from_pretrained(model_dir, placement)
         result = evaluate_ms_cxr_t_progression(predictor, items, images, progress)
-        return {"set": name, "items": len(items), "model": str(model_dir), **result}
+        return {"set": name, "items": len(items), "model": str(model_dir), "reading": reading, **result}
     reader = ComparativeReader.from_pretrained(model_dir, placement)
     if name == "mmxu":
         result = evaluate_mmxu(reader.model, reader.processor, items, images, progress)
@@ -281,13 +284,19 @@ def run_public_set(
     return {"set": name, "items": len(items), "model": str(model_dir), **result}
 
 
-def _has_progression_head(model_dir: str | Path) -> bool:
-    """A retrieval model saved with a progression head (`medreco train progression`), not a VLM."""
+def _temporal_reading(model_dir: str | Path) -> str | None:
+    """How a retrieval model reads change: "fine-tuned" (saved with a progression head, `medreco
+    train progression`), "zero-shot" (prior-image fusion pretrained in stage 1, no head: text
+    prompts), or None (a VLM, or a static retrieval model)."""
     config = model_folder(model_dir) / "config.json"
     if not config.is_file():
-        return False
+        return None
     document = json.loads(config.read_text())
-    return document.get("model_type") == "medreco" and bool(document.get("progression_head"))
+    if document.get("model_type") != "medreco":
+        return None
+    if document.get("progression_head"):
+        return "fine-tuned"
+    return "zero-shot" if (document.get("vision_config") or {}).get("num_temporal_layers") else None
 
 
 __all__ = [

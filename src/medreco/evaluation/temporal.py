@@ -13,6 +13,7 @@ A majority-class guess scores 1/3 on each (one class fully right, the others nev
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..data.reports.ontology import entity_prompts
 from ..inference.progression import encode_studies
 from ..modeling import PROGRESSION_CLASSES, inversion_aware_probabilities
 from .metrics import balanced_accuracy
+from .probe import conditioned_features, fit_logistic
 
 PROTOCOLS = ("standard", "reversed", "combined", "consistency")
 
@@ -215,8 +217,63 @@ def evaluate_progression(
     return {"split": split, **result}
 
 
+def change_probe(
+    encoder,
+    data,
+    split: str = "test",
+    levels: Sequence[str] = ("abnormal", "disease"),
+    progress: bool = False,
+) -> dict:
+    """What a linear read-out of the frozen stage-1 features knows of change, before a progression
+    head is trained: per progression class a one-vs-rest L2 logistic regression on each pair's
+    entity-conditioned features `[current - prior, current]`, fitted on the training split's pairs
+    and scored on `split` with the four protocols (the reversed reading swaps the two studies);
+    beside it the same probe on the current study alone (`current_only`: what needs no prior).
+    `encoder` is an `inference.RetrievalEncoder` (a progression model's, or any stage-1 model's)."""
+    train = progression_pairs(data.rows("longitudinal", "train"), levels)
+    scored = progression_pairs(data.rows("longitudinal", split), levels)
+    if not train or not scored:
+        raise ValueError(f"{data.directory}: the change probe needs train and {split} pairs with a directional change")
+    wanted: dict[str, set[str]] = defaultdict(set)
+    for pair in (*train, *scored):
+        wanted[pair.entity_id].update((pair.prior, pair.current))
+    prompts = entity_prompts()
+    features = conditioned_features(
+        encoder,
+        data,
+        {entity: sorted(studies) for entity, studies in wanted.items()},
+        {entity: prompts.get(entity, entity) for entity in wanted},
+        progress=progress,
+    )
+
+    def design(pairs: Sequence[ProgressionPair], reverse: bool, current_only: bool) -> torch.Tensor:
+        rows = []
+        for pair in pairs:
+            current, prior = features[pair.entity_id][pair.current], features[pair.entity_id][pair.prior]
+            if reverse:
+                current, prior = prior, current
+            rows.append(current if current_only else torch.cat([current - prior, current]))
+        return torch.stack(rows)
+
+    train_labels = torch.tensor([PROGRESSION_CLASSES.index(p.progression) for p in train])
+    labels = torch.tensor([PROGRESSION_CLASSES.index(p.progression) for p in scored])
+    clusters, families = [p.patient_id for p in scored], [data.studies[p.current].modality for p in scored]
+    result: dict = {"split": split, "train_pairs": len(train)}
+    for name, current_only in (("pair", False), ("current_only", True)):
+        fitted = design(train, False, current_only)
+        probes = [fit_logistic(fitted, (train_labels == c).float()) for c in range(len(PROGRESSION_CLASSES))]
+
+        def logits(x: torch.Tensor, probes=probes) -> torch.Tensor:
+            return torch.stack([probe.probabilities(x) for probe in probes], dim=-1).clamp_min(1e-6).log()
+
+        forward, backward = logits(design(scored, False, current_only)), logits(design(scored, True, current_only))
+        result[name] = progression_protocols(labels, forward, backward, clusters, families)
+    return result
+
+
 __all__ = [
     "PROTOCOLS",
+    "change_probe",
     "evaluate_progression",
     "score_progression",
     "clustered_balanced_accuracy",

@@ -1,5 +1,7 @@
 """Reading a finding's interval change between a prior and a current study with a progression
-model (a retrieval model saved with BioViL-T's prior-image fusion and a progression head).
+model (a retrieval model saved with BioViL-T's prior-image fusion and a progression head), or
+zero-shot with a temporally pretrained retrieval model: the prior-fused feature conditioned on the
+finding against text prompts of each class (`ZeroShotProgressionPredictor`).
 
 Studies are encoded once by the frozen static encoder; each pair is then read forwards (prior ->
 current) and backwards (the two studies swapped), which TILA's protocols and inversion-aware
@@ -16,6 +18,8 @@ import torch
 
 from ..data.mining import ProgressionPair
 from ..data.mining.mined import Study
+from ..data.reports.change import progression_prompts
+from ..data.reports.ontology import Ontology
 from ..hub.download import model_folder
 from ..modeling import PROGRESSION_CLASSES, ProgressionBatch
 from .device import InferenceDevice
@@ -130,4 +134,95 @@ class ProgressionPredictor:
         return torch.cat(forward), torch.cat(backward)
 
 
-__all__ = ["ProgressionPredictor", "StudyTokens", "encode_studies", "progression_batch"]
+@dataclass
+class FindingPrompts:
+    """One finding's text side for zero-shot reading: `query` `(d,)` conditions the fused tokens
+    on the finding; `classes` `(3, d)` holds each progression class's prompt embedding (the mean
+    of its prompts' embeddings, L2-normalised, as BioViL-T marginalises several prompts)."""
+
+    query: torch.Tensor
+    classes: torch.Tensor
+
+
+class ZeroShotProgressionPredictor:
+    """Progression without a trained head (BioViL-T's and TILA's zero-shot protocol): a retrieval
+    model pretrained with prior-image fusion scores each pair's fused feature, conditioned on the
+    finding, against the prompts of `PROGRESSION_PROMPT_TEMPLATES`; the logits are the cosine
+    similarities at the model's temperature. Same interface as `ProgressionPredictor`."""
+
+    def __init__(self, encoder: RetrievalEncoder):
+        if encoder.model.vision_model.temporal is None:
+            raise ValueError(
+                "zero-shot progression needs a retrieval model with prior-image fusion "
+                "(stage 1 with num_temporal_layers and temporal_alignment_weight)"
+            )
+        self.encoder = encoder
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, placement: InferenceDevice | None = None
+    ) -> ZeroShotProgressionPredictor:
+        encoder = RetrievalEncoder.from_pretrained(name_or_path, placement)
+        if encoder.model.vision_model.temporal is None:
+            raise ValueError(
+                f"{name_or_path}: this retrieval model has no prior-image fusion; zero-shot progression "
+                "needs stage 1 trained with num_temporal_layers and temporal_alignment_weight"
+            )
+        return cls(encoder)
+
+    def entity_embeddings(self, entity_ids: Sequence[str], prompts: Mapping[str, str]) -> dict[str, FindingPrompts]:
+        """Each finding's query (its prompt, else the id) and class prompt embeddings."""
+        terms = {entity.id: entity.term for entity in Ontology.load().entities()}
+        found = {}
+        for entity in sorted(set(entity_ids)):
+            term = terms.get(entity, prompts.get(entity, entity)).lower()
+            classes = progression_prompts(term)
+            embedded = [self._embed(classes[label]).mean(0) for label in PROGRESSION_CLASSES]
+            found[entity] = FindingPrompts(
+                self.encoder.entity_embedding(prompts.get(entity, entity))[0],
+                torch.nn.functional.normalize(torch.stack(embedded), dim=-1),
+            )
+        return found
+
+    @torch.no_grad()
+    def _embed(self, texts: list[str]) -> torch.Tensor:
+        with self.encoder.placement.autocast():
+            return self.encoder.model.encode_entity_texts(texts, self.encoder.tokenizer).float().cpu()
+
+    @torch.no_grad()
+    def logits(
+        self,
+        pairs: Sequence[ProgressionPair],
+        studies: StudyTokens,
+        entity_embeddings: Mapping[str, FindingPrompts],
+        batch_size: int = 128,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(forward, reversed)` logits `(P, 3)`: each pair read prior -> current, then swapped."""
+        model, placement, device = self.encoder.model.eval(), self.encoder.placement, self.encoder.device
+        forward, backward = [], []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            ids = torch.tensor([studies.modality_ids[p.current] for p in chunk], device=device)
+            current = torch.stack([studies.tokens[p.current] for p in chunk]).to(device)
+            prior = torch.stack([studies.tokens[p.prior] for p in chunk]).to(device)
+            queries = torch.stack([entity_embeddings[p.entity_id].query for p in chunk]).to(device)
+            classes = torch.stack([entity_embeddings[p.entity_id].classes for p in chunk]).to(device)
+            scale = model.logit_scale.exp().float()
+            for first, second, out in ((current, prior, forward), (prior, current, backward)):
+                with placement.autocast():
+                    fused = model.temporal_tokens(first, second, ids)
+                    features = model.condition(fused, ids, queries).features
+                out.append((scale * torch.einsum("bd,bkd->bk", features.float(), classes.float())).cpu())
+        if not forward:
+            return torch.zeros(0, 3), torch.zeros(0, 3)
+        return torch.cat(forward), torch.cat(backward)
+
+
+__all__ = [
+    "FindingPrompts",
+    "ProgressionPredictor",
+    "StudyTokens",
+    "ZeroShotProgressionPredictor",
+    "encode_studies",
+    "progression_batch",
+]

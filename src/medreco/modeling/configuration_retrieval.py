@@ -48,6 +48,13 @@ class MedReCoConfig(PreTrainedConfig):
     (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
     the learnable temperature (`ranking_loss="contrastive"`).
 
+    Temporal pretraining (BioViL-T, TILA), on a vision encoder with `num_temporal_layers > 0` when
+    the trainer passes each study's prior: `temporal_alignment_weight` adds the same image-report
+    InfoNCE (and statement alignment) computed on the prior-fused tokens `P_diff` of the studies
+    that have a prior; `change_aware_weight` adds TILA's change-aware sigmoid loss on the pair read
+    backwards (it matches its report only when the report describes no change), with a learnable
+    temperature and bias of its own.
+
     `progression_head=True` adds a per-finding interval-change classifier (improving / stable /
     worsening, BioViL-T's progression task) over the static and temporal tokens of a vision encoder
     with `num_temporal_layers > 0`; see `MedReCoProgressionHead`."""
@@ -72,6 +79,10 @@ class MedReCoConfig(PreTrainedConfig):
     smooth_ap_temperature: float = 0.01
     # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
     statement_alignment_weight: float = 1.0
+    temporal_alignment_weight: float = 0.0  # BioViL-T: image-report alignment on P_diff
+    change_aware_weight: float = 0.0  # TILA's W: change-aware sigmoid loss on the reversed pair
+    change_logit_scale_init_value: float = 2.3026  # SigLIP's init: t = 10, b = -10
+    change_logit_bias_init_value: float = -10.0
     progression_head: bool = False  # per-finding improving / stable / worsening on the prior-fused tokens
     initializer_range: float = 0.02
 
@@ -82,10 +93,16 @@ class MedReCoConfig(PreTrainedConfig):
     def validate_architecture(self):
         # the conditioner works at the vision encoder's width
         check_heads_divide(self.vision_config.hidden_size, self.conditioner_config.num_attention_heads)
-        if self.progression_head and not self.vision_config.num_temporal_layers:
-            raise ValueError(
-                "progression_head needs a temporal vision encoder: set vision_config.num_temporal_layers > 0"
-            )
+        temporal = {
+            "progression_head": self.progression_head,
+            "temporal_alignment_weight": self.temporal_alignment_weight,
+            "change_aware_weight": self.change_aware_weight,
+        }
+        for name, value in temporal.items():
+            if value and not self.vision_config.num_temporal_layers:
+                raise ValueError(f"{name} needs a temporal vision encoder: set vision_config.num_temporal_layers > 0")
+        if self.temporal_alignment_weight < 0 or self.change_aware_weight < 0:
+            raise ValueError("temporal_alignment_weight and change_aware_weight must be 0 or more")
 
 
 __all__ = ["BIOLORD_2023", "MedReCoConditionerConfig", "MedReCoConfig"]

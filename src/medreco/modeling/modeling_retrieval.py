@@ -18,6 +18,7 @@ from transformers.utils import ModelOutput
 from .blocks import ModalityExpertsFeedForward, check_modality_ids
 from .configuration_retrieval import MedReCoConditionerConfig, MedReCoConfig
 from .losses import (
+    change_aware_sigmoid_loss,
     contrastive_ranking_loss,
     smooth_ap_loss,
     symmetric_infonce_loss,
@@ -43,13 +44,15 @@ class MedReCoOutput(ModelOutput):
     """Outputs of [`MedReCoModel.forward`]. Alignment fills `image_embeds`, `text_embeds`,
     `logits_per_image` (and `statement_loss` when statements were given); ranking fills
     `anchor_embeds`, `candidate_embeds` `(A, C, hidden)` and `similarity` `(A, C)`; progression
-    fills `progression_logits` `(B, 3)` and, for the pair read backwards, `reversed_progression_logits`."""
+    fills `progression_logits` `(B, 3)` and, for the pair read backwards, `reversed_progression_logits`.
+    `temporal_loss` is the part of an alignment loss computed on the prior-fused tokens."""
 
     loss: torch.Tensor | None = None
     image_embeds: torch.Tensor | None = None
     text_embeds: torch.Tensor | None = None
     logits_per_image: torch.Tensor | None = None
     statement_loss: torch.Tensor | None = None
+    temporal_loss: torch.Tensor | None = None
     anchor_embeds: torch.Tensor | None = None
     candidate_embeds: torch.Tensor | None = None
     similarity: torch.Tensor | None = None
@@ -100,6 +103,17 @@ class CandidateBatch(_Inputs):
     pixel_values: torch.Tensor
     modality_ids: torch.Tensor
     relevance: torch.Tensor | None = None
+
+
+@dataclass
+class PriorBatch(_Inputs):
+    """Each alignment study's prior (temporal pretraining): `pixel_values` like the current
+    images' (rows where `has_prior` `(B,)` is False are ignored), and `changed` `(B,)`, whether the
+    current report describes a change from the prior (TILA's change label)."""
+
+    pixel_values: torch.Tensor
+    has_prior: torch.Tensor
+    changed: torch.Tensor | None = None
 
 
 @dataclass
@@ -331,6 +345,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
             if config.progression_head
             else None
         )
+        if config.change_aware_weight:  # TILA's t_swap and b_swap
+            self.change_logit_scale = nn.Parameter(torch.tensor([config.change_logit_scale_init_value]))
+            self.change_logit_bias = nn.Parameter(torch.tensor([config.change_logit_bias_init_value]))
         self.post_init()
         if config.freeze_text_encoder:
             self.set_text_backbone_trainable(False)
@@ -339,6 +356,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, MedReCoModel):
             init.constant_(module.logit_scale, self.config.logit_scale_init_value)
+            if self.config.change_aware_weight:
+                init.constant_(module.change_logit_scale, self.config.change_logit_scale_init_value)
+                init.constant_(module.change_logit_bias, self.config.change_logit_bias_init_value)
 
     def set_text_backbone_trainable(self, trainable: bool) -> None:
         """Freeze or unfreeze the pretrained text backbone; its projection always trains."""
@@ -505,6 +525,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         reports: TextBatch | None = None,
         statements: StatementBatch | None = None,
+        priors: PriorBatch | None = None,
         entities: TextBatch | None = None,
         entity_mask: torch.Tensor | None = None,
         candidates: CandidateBatch | None = None,
@@ -546,7 +567,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
             raise ValueError(
                 "pass input_ids or reports (a TextBatch) for alignment, or candidates (a CandidateBatch) for ranking"
             )
-        return self.alignment_forward(pixel_values, modality_ids, reports, statements, return_loss)
+        return self.alignment_forward(pixel_values, modality_ids, reports, statements, return_loss, priors)
 
     def alignment_forward(
         self,
@@ -555,34 +576,106 @@ class MedReCoModel(MedReCoPreTrainedModel):
         reports: TextBatch,
         statements: StatementBatch | None = None,
         return_loss: bool = True,
+        priors: PriorBatch | None = None,
     ) -> MedReCoOutput:
         """The warm-up: whole-image features against their reports' embeddings (symmetric InfoNCE),
-        plus, with `statements`, the entity-statement alignment weighted by `statement_alignment_weight`."""
-        tokens = self.conditioning_tokens(self.get_image_tokens(pixel_values, modality_ids))
+        plus, with `statements`, the entity-statement alignment weighted by `statement_alignment_weight`,
+        and with `priors`, the temporal losses (`temporal_alignment_loss`)."""
+        vision_output = self.get_image_tokens(pixel_values, modality_ids)
+        tokens = self.conditioning_tokens(vision_output)
         image_embeds = self.condition(tokens, modality_ids).features
         if reports.pooled is not None:
             text_embeds = self.text_encoder.project(reports.pooled)
         else:
             text_embeds = self.get_text_embeddings(reports.input_ids, reports.attention_mask)
         loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
-        statement_loss = None
+        statement_loss = statement_texts = None
         if statements is not None and return_loss:
+            statement_texts = (self._embed(statements.entities), self._embed(statements.statements))
+            entity_embeds, statement_embeds = statement_texts
             statement_loss = self._statement_loss(
-                tokens,
-                modality_ids,
-                self._embed(statements.entities),
-                statements.pairs,
-                self._embed(statements.statements),
-                statements.groups,
+                tokens, modality_ids, entity_embeds, statements.pairs, statement_embeds, statements.groups
             )
             loss = loss + self.config.statement_alignment_weight * statement_loss
+        temporal_loss = None
+        if priors is not None and return_loss:
+            statement_inputs = None if statements is None else (*statement_texts, statements)
+            temporal_loss = self.temporal_alignment_loss(
+                vision_output.last_hidden_state, modality_ids, priors, text_embeds, statement_inputs
+            )
+            loss = loss + temporal_loss
         return MedReCoOutput(
             loss=loss,
             image_embeds=image_embeds,
             text_embeds=text_embeds,
             logits_per_image=self.logit_scale.exp() * image_embeds @ text_embeds.t(),
             statement_loss=statement_loss,
+            temporal_loss=temporal_loss,
         )
+
+    def temporal_alignment_loss(
+        self,
+        current_tokens: torch.Tensor,
+        modality_ids: torch.Tensor,
+        priors: PriorBatch,
+        text_embeds: torch.Tensor,
+        statements: tuple[torch.Tensor, torch.Tensor, StatementBatch] | None = None,
+    ) -> torch.Tensor:
+        """BioViL-T's image-report alignment on the prior-fused tokens of the studies that have a
+        prior (InfoNCE with their reports, and with their entity statements when given: entity and
+        statement embeddings with the `StatementBatch`), weighted
+        by `temporal_alignment_weight`; plus TILA's change-aware sigmoid loss on the same studies
+        read backwards (prior as current), weighted by `change_aware_weight`. Fewer than two studies
+        with a prior: zero (InfoNCE needs a negative)."""
+        if self.vision_model.temporal is None:
+            raise ValueError("priors were given, but this vision encoder has no prior-image fusion")
+        rows = priors.has_prior.to(current_tokens.device).bool().nonzero(as_tuple=True)[0]
+        zero = current_tokens.sum() * 0.0
+        if len(rows) < 2:
+            return zero
+        ids = modality_ids.to(current_tokens.device)[rows]
+        current = current_tokens[rows]
+        prior = self.vision_model.encode(priors.pixel_values.to(current.device)[rows], ids).last_hidden_state
+        loss = zero
+        weight, change_weight = self.config.temporal_alignment_weight, self.config.change_aware_weight
+        if weight:
+            fused = self.temporal_tokens(current, prior, ids)
+            loss = loss + weight * symmetric_infonce_loss(
+                self.condition(fused, ids).features, text_embeds[rows], self.logit_scale
+            )
+            if statements is not None:
+                loss = loss + weight * self.config.statement_alignment_weight * self._temporal_statement_loss(
+                    fused, ids, rows, statements
+                )
+        if change_weight:
+            if priors.changed is None:
+                raise ValueError("change_aware_weight needs each study's change label (PriorBatch.changed)")
+            inverted = self.condition(self.temporal_tokens(prior, current, ids), ids).features
+            changed = priors.changed.to(current.device)[rows]
+            loss = loss + change_weight * change_aware_sigmoid_loss(
+                inverted, text_embeds[rows], changed, self.change_logit_scale, self.change_logit_bias
+            )
+        return loss
+
+    def _temporal_statement_loss(
+        self,
+        fused: torch.Tensor,
+        ids: torch.Tensor,
+        rows: torch.Tensor,
+        statements: tuple[torch.Tensor, torch.Tensor, StatementBatch],
+    ) -> torch.Tensor:
+        """Statement alignment of the fused tokens, over the statements of the studies in `rows`."""
+        entity_embeds, statement_embeds, statements = statements
+        position = torch.full((int(rows.max()) + 1,), -1, dtype=torch.long, device=rows.device)
+        position[rows] = torch.arange(len(rows), device=rows.device)
+        pairs = statements.pairs.to(rows.device)
+        image_rows = pairs[:, 1].clamp(max=len(position) - 1)
+        keep = (pairs[:, 1] < len(position)) & (position[image_rows] >= 0)
+        if keep.sum() < 2:
+            return fused.sum() * 0.0
+        kept = torch.stack([pairs[keep, 0], position[image_rows[keep]]], dim=1)
+        groups = None if statements.groups is None else statements.groups.to(rows.device)[keep]
+        return self._statement_loss(fused, ids, entity_embeds, kept, statement_embeds[keep], groups)
 
     def progression_forward(
         self, modality_ids: torch.Tensor, batch: ProgressionBatch, return_loss: bool = True
@@ -656,6 +749,7 @@ __all__ = [
     "MedReCoProgressionHead",
     "MedReCoTextEncoder",
     "PROGRESSION_CLASSES",
+    "PriorBatch",
     "ProgressionBatch",
     "StatementBatch",
     "TextBatch",

@@ -108,6 +108,13 @@ class Stage1Config:
     # Weight of entity-statement alignment in the warm-up (0: reports only, as in the paper): each
     # image's entity-conditioned feature is aligned with its report's sentence on that entity.
     statement_alignment_weight: float = 0.0
+    # Temporal pretraining (BioViL-T, TILA; 0: off, the paper's stage 1): prior-image fusion blocks
+    # (0: none, or those of the model started from), the weight of the image-report (and statement)
+    # alignment on the prior-fused tokens of studies with a prior, and TILA's change-aware sigmoid
+    # loss on the pair read backwards. Priors and change labels come from the mined longitudinal table.
+    num_temporal_layers: int = 0
+    temporal_alignment_weight: float = 0.0
+    change_aware_weight: float = 0.0
     data: DataConfig = field(default_factory=DataConfig)
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)
@@ -120,6 +127,11 @@ class Stage1Config:
     entity_batches: bool = False  # ranking batches of one entity (and modality) rather than mixed entities
     max_report_tokens: int = 256
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage1"))
+
+    def __post_init__(self):
+        for name in ("num_temporal_layers", "temporal_alignment_weight", "change_aware_weight"):
+            if getattr(self, name) < 0:
+                raise RecipeError(f"stage1.{name}: 0 or more, not {getattr(self, name)}")
 
 
 @dataclass
@@ -147,7 +159,8 @@ class ProgressionTrainingConfig:
     "stable", trivially consistent, is what the warm-up avoids)."""
 
     retrieval_model: str = "runs/stage1/final"
-    num_temporal_layers: int = 3
+    # fusion blocks; a stage-1 model pretrained with fusion keeps its own (None: those, else 3)
+    num_temporal_layers: int | None = None
     use_prior: bool = True
     loss: Literal["cross_entropy", "bidirectional"] = "cross_entropy"
     temporal_consistency_weight: float = 0.0
@@ -159,7 +172,7 @@ class ProgressionTrainingConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/progression"))
 
     def __post_init__(self):
-        if self.num_temporal_layers < 1:
+        if self.num_temporal_layers is not None and self.num_temporal_layers < 1:
             raise RecipeError(f"progression.num_temporal_layers: at least 1, not {self.num_temporal_layers}")
         if self.temporal_consistency_weight < 0:
             raise RecipeError(

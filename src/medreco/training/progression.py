@@ -32,32 +32,60 @@ from ..modeling import (
     temporal_consistency_loss,
 )
 from ..processing import MedReCoRetrievalProcessor
-from .config import ProgressionTrainingConfig
+from .config import ProgressionTrainingConfig, RecipeError
 from .data import ImageStore, batch_size_rule, check_nonempty, frozen_retrieval_encoder, refuse_train_transforms
 from .loop import Phase, train_phase, write_run_record
 
 logger = logging.getLogger(__name__)
 
 TRAINED_PREFIXES = ("vision_model.temporal.", "progression.")
+NEW_PARTS = (*TRAINED_PREFIXES, "change_logit_")
 
 
-def progression_model(stage1: MedReCoModel, num_temporal_layers: int) -> MedReCoModel:
-    """The stage-1 model with BioViL-T's fusion and a progression head added: every stage-1 weight
-    kept, the head's conditioner starting from the retrieval conditioner, and only the new parts
-    trainable."""
-    config = stage1.config.__class__.from_dict(stage1.config.to_dict())
-    config.vision_config.num_temporal_layers = num_temporal_layers
-    config.progression_head = True
-    model = MedReCoModel(config)
-    missing, unexpected = model.load_state_dict(stage1.state_dict(), strict=False)
-    if unexpected or any(not name.startswith(TRAINED_PREFIXES) for name in missing):
-        raise ValueError(
-            f"stage-1 weights do not fit the progression model (missing {missing}, unexpected {unexpected})"
+def with_temporal_parts(model: MedReCoModel, num_temporal_layers: int, **config_fields) -> MedReCoModel:
+    """`model` rebuilt with BioViL-T's fusion (`num_temporal_layers` blocks) and the config fields
+    given (e.g. `progression_head`, the temporal loss weights), every existing weight kept. A model
+    that already has fusion keeps its blocks: another count is refused."""
+    existing = model.config.vision_config.num_temporal_layers
+    if existing and existing != num_temporal_layers:
+        raise RecipeError(
+            f"the stage-1 model has {existing} prior-image fusion blocks; the recipe asks for "
+            f"{num_temporal_layers} (leave num_temporal_layers unset to keep them)"
         )
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    config.vision_config.num_temporal_layers = num_temporal_layers
+    for name, value in config_fields.items():
+        setattr(config, name, value)
+    extended = MedReCoModel(config)
+    missing, unexpected = extended.load_state_dict(model.state_dict(), strict=False)
+    if unexpected or any(not name.startswith(NEW_PARTS) for name in missing):
+        raise ValueError(f"the model's weights do not fit (missing {missing}, unexpected {unexpected})")
+    return extended
+
+
+def progression_model(stage1: MedReCoModel, num_temporal_layers: int | None = None) -> MedReCoModel:
+    """The stage-1 model with BioViL-T's fusion (pretrained when stage 1 had it; None: its blocks,
+    else 3) and a progression head added: every stage-1 weight kept, the head's conditioner starting
+    from the retrieval conditioner, and only the fusion and the head trainable."""
+    layers = num_temporal_layers or stage1.config.vision_config.num_temporal_layers or 3
+    model = with_temporal_parts(stage1, layers, progression_head=True)
     model.progression.conditioner.load_state_dict(stage1.conditioner.state_dict())
+    start_from_the_static_reading(model.progression)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name.startswith(TRAINED_PREFIXES))
     return model
+
+
+def start_from_the_static_reading(head) -> None:
+    """`combine` as `[I, 0]`: before the first step the head's conditioner (a copy of the retrieval
+    conditioner) reads the static tokens exactly as stage 1 does, and what the prior adds through
+    `P_diff` starts at zero and is learned, rather than a random mix of the two that the copied
+    conditioner was never trained on."""
+    with torch.no_grad():
+        width = head.combine.out_features
+        head.combine.weight.zero_()
+        head.combine.weight[:, :width] = torch.eye(width, dtype=head.combine.weight.dtype)
+        head.combine.bias.zero_()
 
 
 class ProgressionTrainer:
@@ -178,4 +206,4 @@ def train_progression(config: ProgressionTrainingConfig, stop_after: int | None 
     return ProgressionTrainer(config).train(stop_after=stop_after)
 
 
-__all__ = ["ProgressionTrainer", "progression_model", "train_progression"]
+__all__ = ["ProgressionTrainer", "progression_model", "train_progression", "with_temporal_parts"]

@@ -8,6 +8,11 @@ the retrieval table of the training split says which of those pairs are relevant
 The text encoder is fine-tuned in both phases, as in the paper, unless `freeze_text_encoder`
 (then each report is encoded once and alignment steps cost the vision side only).
 
+Temporal pretraining (`num_temporal_layers`, `temporal_alignment_weight`, `change_aware_weight`):
+alignment batches also carry each study's prior (from the mined longitudinal table), so BioViL-T's
+image-report alignment runs on the prior-fused tokens too, and TILA's change-aware sigmoid loss on
+the pair read backwards; the ranking phase is unchanged (it ranks static features).
+
 `ranking_target: study` trains the holistic baseline instead: the same triplets' images ranked by
 whole-image features, relevance from whole-report agreement (same architecture, data and steps).
 
@@ -28,11 +33,12 @@ from ..data.mining import MinedData
 from ..data.mining.similarity import statement_key
 from ..data.reports.ontology import entity_prompts
 from ..factory import create_model, resolve_text_encoder
-from ..modeling import CandidateBatch, MedReCoModel, StatementBatch, TextBatch
+from ..modeling import CandidateBatch, MedReCoModel, PriorBatch, StatementBatch, TextBatch
 from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
-from .config import DataConfig, ModelSource, Stage1Config
+from .config import DataConfig, ModelSource, RecipeError, Stage1Config
 from .data import ImageStore, batch_size_rule, check_nonempty, train_transforms
 from .loop import Phase, PhaseResult, train_phase, write_run_record
+from .progression import with_temporal_parts
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +239,7 @@ class Stage1Trainer:
             self.model.set_text_backbone_trainable(False)
         if config.statement_alignment_weight:
             self.model.config.statement_alignment_weight = config.statement_alignment_weight
+        self.model = self._temporal_model(self.model)
         self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
         train_ids = self.data.study_ids("train")
         check_nonempty(train_ids, "training-split studies", self.data.directory)
@@ -249,6 +256,48 @@ class Stage1Trainer:
         self.texts = Stage1Texts(self.model, self.tokenizer, self.data, config)
         self.prompts = self.texts.prompts
 
+    def _temporal_model(self, model: MedReCoModel) -> MedReCoModel:
+        """The model with the recipe's fusion blocks and temporal loss weights (unchanged when the
+        recipe asks for none)."""
+        config = self.config
+        layers = config.num_temporal_layers or model.config.vision_config.num_temporal_layers
+        if not (config.num_temporal_layers or config.temporal_alignment_weight or config.change_aware_weight):
+            return model
+        if not layers:
+            raise RecipeError(
+                "stage1.temporal_alignment_weight and change_aware_weight need prior-image fusion: "
+                "set stage1.num_temporal_layers"
+            )
+        return with_temporal_parts(
+            model,
+            layers,
+            temporal_alignment_weight=config.temporal_alignment_weight,
+            change_aware_weight=config.change_aware_weight,
+        )
+
+    def prior_table(self) -> dict[str, tuple[str, bool]] | None:
+        """current study -> (its prior, whether its report describes a change), from the training
+        split's longitudinal table; None when the model trains no temporal loss."""
+        config = self.model.config
+        if not (config.temporal_alignment_weight or config.change_aware_weight):
+            return None
+        priors: dict[str, tuple[str, bool]] = {}
+        for row in self.data.rows("longitudinal", "train"):
+            prior, changed = priors.get(row["current"], (row["prior"], False))
+            priors[row["current"]] = (prior, changed or row["label"] != "stable")
+        check_nonempty(list(priors), "training studies with a prior (longitudinal rows)", self.data.directory)
+        logger.info(
+            "stage1: %d studies with a prior, %d of them changed", len(priors), sum(c for _, c in priors.values())
+        )
+        return priors
+
+    def prior_batch(self, batch_ids: list[str], priors: dict[str, tuple[str, bool]]) -> PriorBatch:
+        """The priors of one alignment batch (a study without one stands in for itself, unread)."""
+        pixel_values, _ = self.store.batch([priors.get(s, (s, False))[0] for s in batch_ids])
+        has_prior = torch.tensor([s in priors for s in batch_ids])
+        changed = torch.tensor([priors.get(s, (s, False))[1] for s in batch_ids])
+        return PriorBatch(pixel_values, has_prior, changed)
+
     # ---- phase 1: image-report alignment
     def alignment_phase(self) -> Phase:
         studies = [s for s in self.data.study_ids("train") if self.data.studies[s].report.strip()]
@@ -257,6 +306,7 @@ class Stage1Trainer:
         optimization = self.config.alignment
         pooled = self.texts.pooled_reports(studies) if self.config.freeze_text_encoder else None
         statements = self.texts.statement_table(studies) if self.config.statement_alignment_weight else None
+        priors = self.prior_table()
 
         def collate(batch_ids: list[str]) -> dict:
             pixel_values, modality_ids = self.store.batch(batch_ids)
@@ -267,6 +317,8 @@ class Stage1Trainer:
             batch = {"pixel_values": pixel_values, "modality_ids": modality_ids, "reports": reports}
             if statements is not None:
                 batch["statements"] = self.texts.statement_batch(batch_ids, statements)
+            if priors is not None:
+                batch["priors"] = self.prior_batch(batch_ids, priors)
             return batch
 
         return Phase(
@@ -336,12 +388,13 @@ class Stage1Trainer:
         summaries = {}
         model = self.model
         result: PhaseResult | None = None
-        for phase, optimization in (
-            (self.alignment_phase(), self.config.alignment),
-            (self.ranking_phase(), self.config.ranking),
+        for build_phase, optimization in (
+            (self.alignment_phase, self.config.alignment),
+            (self.ranking_phase, self.config.ranking),
         ):
             if optimization.epochs <= 0 and not optimization.max_steps:
-                continue
+                continue  # a phase switched off needs none of its data
+            phase = build_phase()
             rates = None
             if self.config.text_encoder_learning_rate is not None:
                 rates = {"text_encoder.backbone.": self.config.text_encoder_learning_rate}

@@ -36,4 +36,47 @@ PROGRESSION_OF_CHANGE = {
     "resolved": "improving",
 }
 
-__all__ = ["CHANGE_ATTRIBUTES", "CHANGE_LABELS", "INVERSE_CHANGE", "PROGRESSION_OF_CHANGE"]
+# Zero-shot prompts per progression class (BioViL-T, TILA: several phrasings per class, their
+# scores averaged), in the wording of follow-up reports; `{}` is the finding's short term. Written
+# once from general radiology usage before any model was scored with them, never tuned.
+PROGRESSION_PROMPT_TEMPLATES = {
+    "improving": (
+        "Improved {}.",
+        "Decreased {} compared with the prior study.",
+        "Interval improvement of the {}.",
+        "The {} has decreased.",
+        "Resolving {}.",
+    ),
+    "stable": (
+        "Stable {}.",
+        "Unchanged {} compared with the prior study.",
+        "No interval change in the {}.",
+        "The {} is unchanged.",
+        "Persistent {}, similar to the prior study.",
+    ),
+    "worsening": (
+        "Worsening {}.",
+        "Increased {} compared with the prior study.",
+        "Interval worsening of the {}.",
+        "The {} has increased.",
+        "New or enlarging {}.",
+    ),
+}
+
+
+def progression_prompts(term: str) -> dict[str, list[str]]:
+    """The zero-shot prompts of each progression class for one finding (`term`: its short name)."""
+    return {
+        label: [template.format(term) for template in templates]
+        for label, templates in PROGRESSION_PROMPT_TEMPLATES.items()
+    }
+
+
+__all__ = [
+    "CHANGE_ATTRIBUTES",
+    "CHANGE_LABELS",
+    "INVERSE_CHANGE",
+    "PROGRESSION_OF_CHANGE",
+    "PROGRESSION_PROMPT_TEMPLATES",
+    "progression_prompts",
+]
