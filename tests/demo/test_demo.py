@@ -88,6 +88,15 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     # the blind VLM reads the same prompt in both orders: it never tells which image is which
     assert swap["blind_vlm"]["order_dependent"]["hits"] == 0
     assert swap["vlm_minus_blind_vlm"]["difference"] == pytest.approx(swap["vlm"]["order_dependent"]["rate"])
+    temporal = metrics["temporal"]
+    assert set(temporal) == {"prior_vs_static", "tila_vs_plain", "change_probe"}
+    for comparison in ("prior_vs_static", "tila_vs_plain"):
+        assert {"model", "baseline", "majority", "model_minus_baseline"} <= set(temporal[comparison]["all"])
+    probe = temporal["change_probe"]
+    assert probe["pair"]["pairs"] == temporal["prior_vs_static"]["all"]["model"]["pairs"]
+    for reading in ("pair", "current_only"):
+        assert all(0 <= probe[reading][p]["value"] <= 1 for p in ("standard", "reversed", "combined", "consistency"))
+    assert "change probe" in (demo / "report.md").read_text()
     probe = metrics["probe"]
     assert probe["table"] and [row["entity"] for row in probe["table"]] == sorted(
         probe["entities"], key=lambda e: (probe["entities"][e]["family"], e)
@@ -405,7 +414,7 @@ FULL_DEMO = os.environ.get("MEDRECO_FULL_DEMO")
 
 @pytest.mark.skipif(
     not FULL_DEMO,
-    reason="the default demo takes ~17 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
+    reason="the default demo takes 12-20 minutes on 2 cores: set MEDRECO_FULL_DEMO=1 (fresh run) or to a demo folder",
 )
 def test_default_demo_results_mean_something(tmp_path):
     """The README's claims on the default run, each as a patient-clustered interval above zero:

@@ -12,7 +12,13 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="medreco-demo", help="output folder (a finished step is not redone)")
     parser.add_argument("--quick", action="store_true", help="a ~2-minute run (CI)")
     parser.add_argument("--patients", type=int, help="synthetic patients (default 400; quick 40)")
-    parser.add_argument("--seed", type=int, default=0, help="training seed (the cohort and split stay)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the whole run: the cohort, the split and every training stage (`medreco ablate --seeds` "
+        "retrains on one cohort)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

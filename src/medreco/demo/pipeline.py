@@ -37,8 +37,8 @@ def demo_settings() -> dict:
 @dataclass
 class DemoConfig:
     """Sizes of a demo run. `quick` (for CI) shrinks every step to fit in about 2 minutes on two
-    cores; the default run takes about 17. Fields left None take the size of the chosen mode
-    (the recipe's `demo.sizes`)."""
+    cores; the default run takes 12 to 20, by the machine. Fields left None take the size of the
+    chosen mode (the recipe's `demo.sizes`)."""
 
     out_dir: str = "medreco-demo"
     quick: bool = False
@@ -357,8 +357,10 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
 
 def evaluate_demo_temporal(config: DemoConfig, data, models: Path) -> dict:
     """TILA's four protocols on the test split's longitudinal pairs: the prior-fused progression
-    model against the same model without the prior, and TILA's fine-tuning against the plain one."""
-    from ..evaluation import evaluate_progression
+    model against the same model without the prior, and TILA's fine-tuning against the plain one;
+    beside them the change probe of the frozen stage-1 features (what a linear read-out of the pair
+    reaches, with and without the prior: whether a shortfall is stage 1's or the head's)."""
+    from ..evaluation import change_probe, evaluate_progression
     from ..inference import ProgressionPredictor
 
     def predictor(stage: str) -> ProgressionPredictor:
@@ -368,6 +370,7 @@ def evaluate_demo_temporal(config: DemoConfig, data, models: Path) -> dict:
     return {
         "prior_vs_static": evaluate_progression(fused, data, "test", baseline=predictor("progression_static")),
         "tila_vs_plain": evaluate_progression(predictor("progression_tila"), data, "test", baseline=fused),
+        "change_probe": change_probe(fused.encoder, data, "test"),
     }
 
 

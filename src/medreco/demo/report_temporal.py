@@ -51,7 +51,21 @@ def temporal_lines(metrics: dict) -> list[str]:
     for comparison, system, name in PROGRESSION_SYSTEMS:
         entry = temporal[comparison]["all"][system]
         lines.append(f"| {name} | " + " | ".join(_cell(entry[p]) for p in PROTOCOLS) + " |")
+    probe = temporal.get("change_probe")
+    if probe:
+        for reading, name in (
+            ("pair", "change probe: frozen stage-1 features of the pair"),
+            ("current_only", "change probe: the current study alone"),
+        ):
+            lines.append(f"| *{name}* | " + " | ".join(_cell(probe[reading][p]) for p in PROTOCOLS) + " |")
     lines.append("")
+    if probe:
+        lines += [
+            "The change probe is a one-vs-rest logistic regression on each pair's entity-conditioned stage-1 "
+            "features (current - prior, current), fitted on the training pairs: what the frozen features "
+            "show of the change before any head is trained.",
+            "",
+        ]
     for comparison, label in (
         ("prior_vs_static", "Prior fused minus without the prior"),
         ("tila_vs_plain", "TILA's fine-tuning minus the plain prior-fused model"),
