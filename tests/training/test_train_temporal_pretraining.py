@@ -152,3 +152,24 @@ def test_ms_cxr_t_reads_a_temporal_stage1_zero_shot(pretrained, tmp_path, capsys
     assert main(["evaluate-public", "ms-cxr-t", *flags]) == 0
     printed = capsys.readouterr().out
     assert "ms-cxr-t (zero-shot" in printed and "consistency" in printed and "majority" in printed
+
+
+def test_alignment_batches_read_only_the_priors_that_exist(pretrained, tmp_path):
+    _, mined, _, _ = pretrained
+    sets = [
+        f"data.mined_dir={mined}",
+        f"data.recipes={json.dumps(RECIPE)}",
+        f"run.output_dir={tmp_path}",
+        "freeze_text_encoder=true",
+        "num_temporal_layers=1",
+        "temporal_alignment_weight=1",
+    ]
+    trainer = Stage1Trainer(load_recipe("tiny", "stage1", sets))
+    priors = trainer.prior_table()
+    current = sorted(priors)[0]
+    first_study = priors[current][0]  # a patient's first study has no prior of its own
+    pixel_values, _ = trainer.store.batch([current, first_study])
+    batch = trainer.prior_batch([current, first_study], priors, pixel_values)
+    assert batch.has_prior.tolist() == [True, False] and batch.changed.tolist() == [priors[current][1], False]
+    assert batch.pixel_values.shape == pixel_values.shape
+    assert batch.pixel_values[0].abs().sum() > 0 and not batch.pixel_values[1].any()

@@ -291,12 +291,18 @@ class Stage1Trainer:
         )
         return priors
 
-    def prior_batch(self, batch_ids: list[str], priors: dict[str, tuple[str, bool]]) -> PriorBatch:
-        """The priors of one alignment batch (a study without one stands in for itself, unread)."""
-        pixel_values, _ = self.store.batch([priors.get(s, (s, False))[0] for s in batch_ids])
+    def prior_batch(
+        self, batch_ids: list[str], priors: dict[str, tuple[str, bool]], pixel_values: torch.Tensor
+    ) -> PriorBatch:
+        """The priors of one alignment batch (`pixel_values`: the current images); only the priors
+        that exist are read, zeros stand in for the rest (the model does not read those rows)."""
         has_prior = torch.tensor([s in priors for s in batch_ids])
+        prior_pixels = torch.zeros_like(pixel_values)
+        if has_prior.any():
+            read, _ = self.store.batch([priors[s][0] for s in batch_ids if s in priors])
+            prior_pixels[has_prior] = read.to(prior_pixels.dtype)
         changed = torch.tensor([priors.get(s, (s, False))[1] for s in batch_ids])
-        return PriorBatch(pixel_values, has_prior, changed)
+        return PriorBatch(prior_pixels, has_prior, changed)
 
     # ---- phase 1: image-report alignment
     def alignment_phase(self) -> Phase:
@@ -318,7 +324,7 @@ class Stage1Trainer:
             if statements is not None:
                 batch["statements"] = self.texts.statement_batch(batch_ids, statements)
             if priors is not None:
-                batch["priors"] = self.prior_batch(batch_ids, priors)
+                batch["priors"] = self.prior_batch(batch_ids, priors, pixel_values)
             return batch
 
         return Phase(
