@@ -24,16 +24,19 @@ from toy_mined import CHANGE_WORDING, write_ms_cxr_t_csv, write_toy_longitudinal
 RECIPE = {"chest_xray": {"size": [1, 40, 40]}}
 
 
+def toy_settings(mined, out, *extra: str) -> list[str]:
+    """The recipe settings every run on the toy shares, then `extra`."""
+    common = [f"data.mined_dir={mined}", f"data.recipes={json.dumps(RECIPE)}", f"run.output_dir={out}"]
+    return [*common, "run.progress=false", "run.report_to=[tensorboard]", *extra]
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     root = tmp_path_factory.mktemp("temporal-stage1")
     mined = write_toy_longitudinal(root, patients=90, change_reports=True)
-    sets = [
-        f"data.mined_dir={mined}",
-        f"data.recipes={json.dumps(RECIPE)}",
-        f"run.output_dir={root / 'stage1'}",
-        "run.progress=false",
-        "run.report_to=[tensorboard]",
+    sets = toy_settings(
+        mined,
+        root / "stage1",
         "freeze_text_encoder=true",
         "alignment.epochs=100",
         "alignment.learning_rate=3e-3",
@@ -41,7 +44,7 @@ def pretrained(tmp_path_factory):
         "num_temporal_layers=1",
         "temporal_alignment_weight=1",
         "change_aware_weight=1",
-    ]
+    )
     torch.manual_seed(0)
     summaries = Stage1Trainer(load_recipe("tiny", "stage1", sets)).train()
     return root, mined, root / "stage1" / "final", summaries
@@ -103,17 +106,14 @@ def test_zero_shot_needs_the_fusion(pretrained, tmp_path, capsys):
 
 def test_a_progression_model_keeps_the_pretrained_fusion(pretrained, tmp_path):
     _, mined, folder, _ = pretrained
-    sets = [
+    sets = toy_settings(
+        mined,
+        tmp_path / "progression",
         f"retrieval_model={folder}",
-        f"data.mined_dir={mined}",
-        f"data.recipes={json.dumps(RECIPE)}",
-        f"run.output_dir={tmp_path / 'progression'}",
-        "run.progress=false",
-        "run.report_to=[tensorboard]",
         "optimization.max_steps=1",
         "optimization.learning_rate=0",
-    ]
-    sets.append("num_temporal_layers=null")
+        "num_temporal_layers=null",
+    )
     trainer = ProgressionTrainer(load_recipe("tiny", "progression", sets))
     stage1 = medreco.MedReCoModel.from_pretrained(folder).state_dict()
     fused = {n: v for n, v in trainer.model.state_dict().items() if n.startswith("vision_model.temporal.")}
@@ -156,14 +156,9 @@ def test_ms_cxr_t_reads_a_temporal_stage1_zero_shot(pretrained, tmp_path, capsys
 
 def test_alignment_batches_read_only_the_priors_that_exist(pretrained, tmp_path):
     _, mined, _, _ = pretrained
-    sets = [
-        f"data.mined_dir={mined}",
-        f"data.recipes={json.dumps(RECIPE)}",
-        f"run.output_dir={tmp_path}",
-        "freeze_text_encoder=true",
-        "num_temporal_layers=1",
-        "temporal_alignment_weight=1",
-    ]
+    sets = toy_settings(
+        mined, tmp_path, "freeze_text_encoder=true", "num_temporal_layers=1", "temporal_alignment_weight=1"
+    )
     trainer = Stage1Trainer(load_recipe("tiny", "stage1", sets))
     priors = trainer.prior_table()
     current = sorted(priors)[0]

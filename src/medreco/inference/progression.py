@@ -150,11 +150,11 @@ class ZeroShotProgressionPredictor:
     finding, against the prompts of `PROGRESSION_PROMPT_TEMPLATES`; the logits are the cosine
     similarities at the model's temperature. Same interface as `ProgressionPredictor`."""
 
-    def __init__(self, encoder: RetrievalEncoder):
+    def __init__(self, encoder: RetrievalEncoder, source: str | Path = "this retrieval model"):
         if encoder.model.vision_model.temporal is None:
             raise ValueError(
-                "zero-shot progression needs a retrieval model with prior-image fusion "
-                "(stage 1 with num_temporal_layers and temporal_alignment_weight)"
+                f"{source}: no prior-image fusion; zero-shot progression needs stage 1 trained with "
+                "num_temporal_layers and temporal_alignment_weight"
             )
         self.encoder = encoder
 
@@ -162,13 +162,7 @@ class ZeroShotProgressionPredictor:
     def from_pretrained(
         cls, name_or_path: str | Path, placement: InferenceDevice | None = None
     ) -> ZeroShotProgressionPredictor:
-        encoder = RetrievalEncoder.from_pretrained(name_or_path, placement)
-        if encoder.model.vision_model.temporal is None:
-            raise ValueError(
-                f"{name_or_path}: this retrieval model has no prior-image fusion; zero-shot progression "
-                "needs stage 1 trained with num_temporal_layers and temporal_alignment_weight"
-            )
-        return cls(encoder)
+        return cls(RetrievalEncoder.from_pretrained(name_or_path, placement), name_or_path)
 
     def entity_embeddings(self, entity_ids: Sequence[str], prompts: Mapping[str, str]) -> dict[str, FindingPrompts]:
         """Each finding's query (its prompt, else the id) and class prompt embeddings."""

@@ -623,10 +623,10 @@ class MedReCoModel(MedReCoPreTrainedModel):
     ) -> torch.Tensor:
         """BioViL-T's image-report alignment on the prior-fused tokens of the studies that have a
         prior (InfoNCE with their reports, and with their entity statements when given: entity and
-        statement embeddings with the `StatementBatch`), weighted
-        by `temporal_alignment_weight`; plus TILA's change-aware sigmoid loss on the same studies
-        read backwards (prior as current), weighted by `change_aware_weight`. Fewer than two studies
-        with a prior: zero (InfoNCE needs a negative)."""
+        statement embeddings with the `StatementBatch`), weighted by `temporal_alignment_weight`;
+        plus TILA's change-aware sigmoid loss on the same studies read backwards (prior as current),
+        weighted by `change_aware_weight`. Fewer than two studies with a prior: zero (InfoNCE needs
+        a negative)."""
         if self.vision_model.temporal is None:
             raise ValueError("priors were given, but this vision encoder has no prior-image fusion")
         rows = priors.has_prior.to(current_tokens.device).bool().nonzero(as_tuple=True)[0]
@@ -645,7 +645,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
             )
             if statements is not None:
                 loss = loss + weight * self.config.statement_alignment_weight * self._temporal_statement_loss(
-                    fused, ids, rows, statements
+                    fused, ids, rows, len(priors.has_prior), statements
                 )
         if change_weight:
             if priors.changed is None:
@@ -662,18 +662,20 @@ class MedReCoModel(MedReCoPreTrainedModel):
         fused: torch.Tensor,
         ids: torch.Tensor,
         rows: torch.Tensor,
+        batch_size: int,
         statements: tuple[torch.Tensor, torch.Tensor, StatementBatch],
     ) -> torch.Tensor:
-        """Statement alignment of the fused tokens, over the statements of the studies in `rows`."""
+        """Statement alignment of the fused tokens, over the statements of the studies in `rows`
+        (of a batch of `batch_size`)."""
         entity_embeds, statement_embeds, statements = statements
-        position = torch.full((int(rows.max()) + 1,), -1, dtype=torch.long, device=rows.device)
-        position[rows] = torch.arange(len(rows), device=rows.device)
         pairs = statements.pairs.to(rows.device)
-        image_rows = pairs[:, 1].clamp(max=len(position) - 1)
-        keep = (pairs[:, 1] < len(position)) & (position[image_rows] >= 0)
+        # each batch row's place among the fused rows, -1 for a study without a prior
+        position = torch.full((batch_size,), -1, dtype=torch.long, device=rows.device)
+        position[rows] = torch.arange(len(rows), device=rows.device)
+        keep = position[pairs[:, 1]] >= 0
         if keep.sum() < 2:
             return fused.sum() * 0.0
-        kept = torch.stack([pairs[keep, 0], position[image_rows[keep]]], dim=1)
+        kept = torch.stack([pairs[keep, 0], position[pairs[keep, 1]]], dim=1)
         groups = None if statements.groups is None else statements.groups.to(rows.device)[keep]
         return self._statement_loss(fused, ids, entity_embeds, kept, statement_embeds[keep], groups)
 

@@ -260,9 +260,9 @@ class Stage1Trainer:
         """The model with the recipe's fusion blocks and temporal loss weights (unchanged when the
         recipe asks for none)."""
         config = self.config
-        layers = config.num_temporal_layers or model.config.vision_config.num_temporal_layers
         if not (config.num_temporal_layers or config.temporal_alignment_weight or config.change_aware_weight):
             return model
+        layers = config.num_temporal_layers or model.config.vision_config.num_temporal_layers
         if not layers:
             raise RecipeError(
                 "stage1.temporal_alignment_weight and change_aware_weight need prior-image fusion: "
