@@ -97,6 +97,17 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     for reading in ("pair", "current_only"):
         assert all(0 <= probe[reading][p]["value"] <= 1 for p in ("standard", "reversed", "combined", "consistency"))
     assert "change probe" in (demo / "report.md").read_text()
+    negation = metrics["negation"]  # CLIP-clinic's CXR-Align tasks on the abnormal test studies
+    assert negation["cases"] == sum(entry["cases"] for entry in negation["by_modality"].values()) > 0
+    for task in ("negated", "omitted"):
+        low, high = negation[task]["interval"]
+        assert low <= negation[task]["accuracy"] <= high and "correct" not in negation[task]
+    assert "Negation: does the image feature read a denied finding?" in (demo / "report.md").read_text()
+    trends = metrics["trends"]  # TAMM's protocols; the demo's stage 1 trains no trend classifier
+    assert "unavailable" in trends["classifier"]
+    similarity = trends["sentence_similarity"]
+    assert "unavailable" in similarity or 0 <= similarity["shared"]["accuracy"] <= 1
+    assert "## Trends: improving, stable or worsening" in (demo / "report.md").read_text()
     probe = metrics["probe"]
     assert probe["table"] and [row["entity"] for row in probe["table"]] == sorted(
         probe["entities"], key=lambda e: (probe["entities"][e]["family"], e)

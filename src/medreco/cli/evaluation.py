@@ -19,14 +19,19 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mined", required=True, help="mined folder whose benchmark is scored")
     parser.add_argument(
         "--protocol",
-        choices=["retrieval", "temporal"],
+        choices=["retrieval", "temporal", "negation", "trend"],
         default="retrieval",
         help="retrieval: Recall@k / NDCG of the retrieval benchmark; temporal: TILA's four protocols "
-        "(standard, reversed, combined, consistency) of a progression model on the longitudinal pairs",
+        "(standard, reversed, combined, consistency) of a progression model on the longitudinal pairs; "
+        "negation: CLIP-clinic's CXR-Align tasks built from the split's reports (each abnormal study's image "
+        "against its report with one finding denied, and with it omitted); trend: TAMM's trend classifier on the "
+        "adjacent study pairs (four protocols) and temporal sentence similarity (a stage-1 model trained with "
+        "trend_weight)",
     )
     parser.add_argument(
         "--baseline",
-        help="--protocol temporal: another progression model scored on the same pairs, with the difference",
+        help="--protocol temporal or negation: another model scored on the same pairs or cases, with the "
+        "patient-clustered difference",
     )
     parser.add_argument(
         "--zero-shot",
@@ -68,6 +73,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.protocol == "temporal":
         return _evaluate_temporal(args)
+    if args.protocol == "negation":
+        return _evaluate_negation(args)
+    if args.protocol == "trend":
+        return _evaluate_trend(args)
     if args.baseline or args.zero_shot:
         raise ValueError("--baseline and --zero-shot belong to --protocol temporal")
     placement = inference_device(args)
@@ -94,6 +103,81 @@ def _evaluate(args: argparse.Namespace) -> int:
             print(f"{modality:<11} {level:<12} n={entry['queries']:<4} {cells}")
     if probe:
         _print_probe(probe)
+    return 0
+
+
+def _evaluate_negation(args: argparse.Namespace) -> int:
+    """CLIP-clinic's CXR-Align tasks on the mined split (and the difference from a baseline model)."""
+    from ..atomic import write_text_atomically
+    from ..data.mining import MinedData
+    from ..evaluation.negation import TASKS, compare_negation, evaluate_negation
+    from ..inference import RetrievalEncoder
+
+    for given, name in ((args.reranker, "--reranker"), (args.clip_model, "--clip-model"), (args.probe, "--probe")):
+        if given:
+            raise ValueError(f"{name} belongs to --protocol retrieval")
+    if args.zero_shot:
+        raise ValueError("--zero-shot belongs to --protocol temporal")
+    placement = inference_device(args)
+    data = MinedData(args.mined)
+    report = {"model": evaluate_negation(RetrievalEncoder.from_pretrained(args.model, placement), data, args.split)}
+    if args.baseline:
+        report["baseline"] = evaluate_negation(
+            RetrievalEncoder.from_pretrained(args.baseline, placement), data, args.split
+        )
+        patients = {s: data.studies[s].patient_id for s in report["model"]["case_ids"]}
+        report["difference"] = compare_negation(report["model"], report["baseline"], patients)
+    if args.out:
+        write_text_atomically(args.out, json.dumps(report, indent=1))
+    print_negation(report, TASKS)
+    return 0
+
+
+def print_negation(report: dict, tasks: tuple[str, ...]) -> None:
+    """The two tasks' accuracies per model (and the difference), and the text-only separation."""
+    first = report["model"]
+    print(f"{first['cases']} abnormal {first['split']!r} studies of {first['patients']} patients")
+    for system in ("model", "baseline"):
+        if system in report:
+            entry = report[system]
+            cells = "  ".join(f"{task} {_share(entry[task]['accuracy'], entry[task]['interval'])}" for task in tasks)
+            cosine = entry["text_cosine"]
+            shared, backbone = cosine["shared"], cosine["backbone"]
+            print(f"  {system:<8} {cells}  cos(report, negated) {shared:.3f} (backbone {backbone:.3f})")
+    for task, entry in report.get("difference", {}).items():
+        low, high = entry["interval"]
+        difference, p_value = entry["difference"], entry["p_value"]
+        print(f"  {task}: model - baseline {difference:+.3f} [{low:+.3f}, {high:+.3f}], p = {p_value:.3g}")
+
+
+def _share(value: float, interval) -> str:
+    return f"{value:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]"
+
+
+def _evaluate_trend(args: argparse.Namespace) -> int:
+    """TAMM's trend classifier (TILA's four protocols) and temporal sentence similarity on the mined split."""
+    from ..atomic import write_text_atomically
+    from ..data.mining import MinedData
+    from ..evaluation import evaluate_trends, temporal_sentence_similarity
+    from ..inference import TrendPredictor
+
+    for given, name in ((args.reranker, "--reranker"), (args.clip_model, "--clip-model"), (args.probe, "--probe")):
+        if given:
+            raise ValueError(f"{name} belongs to --protocol retrieval")
+    if args.zero_shot or args.baseline:
+        raise ValueError("--zero-shot and --baseline belong to --protocol temporal")
+    predictor = TrendPredictor.from_pretrained(args.model, inference_device(args))
+    data = MinedData(args.mined)
+    report = evaluate_trends(predictor, data, args.split, progress=not args.quiet)
+    report["sentence_similarity"] = temporal_sentence_similarity(predictor.encoder, data, args.split)
+    if args.out:
+        write_text_atomically(args.out, json.dumps(report, indent=1))
+    print_protocols(report)
+    similarity = report["sentence_similarity"]
+    print(
+        f"temporal sentence similarity ({similarity['pairs']} pairs): "
+        f"shared space {similarity['shared']['accuracy']:.3f}, text backbone {similarity['backbone']['accuracy']:.3f}"
+    )
     return 0
 
 
@@ -180,12 +264,21 @@ def _print_probe(result: dict) -> None:
 
 
 def _evaluate_public_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa"], help="the public evaluation set")
-    parser.add_argument("--model", required=True, help="stage-2 output folder or Hub repository")
-    parser.add_argument("--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV or mimic_pair_questions.csv")
+    parser.add_argument(
+        "name", choices=["mmxu", "ms-cxr-t", "medical-diff-vqa", "cxr-align"], help="the public evaluation set"
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="stage-2 output folder or Hub repository (ms-cxr-t: or a progression / temporal stage-1 model; "
+        "cxr-align: a stage-1 model)",
+    )
+    parser.add_argument(
+        "--data", required=True, help="MMXU-test.jsonl, the MS-CXR-T CSV, mimic_pair_questions.csv or cxr-align.json"
+    )
     parser.add_argument("--images", required=True, help="image root (MIMIC-CXR-JPG layout; MMXU: its image folder)")
     parser.add_argument("--limit", type=int, help="evaluate at most this many items, drawn reproducibly")
-    parser.add_argument("--split", default="test", help="Medical-Diff-VQA split")
+    parser.add_argument("--split", default="test", help="Medical-Diff-VQA split; CXR-Align part (mimic, openi)")
     parser.add_argument("--out", help="write the results (JSON)")
     device_arguments(parser, device_map=True)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -213,6 +306,8 @@ def _evaluate_public(args: argparse.Namespace) -> int:
         print(f"{args.name} (n={result['items']}): {cells}")
         if "bleu_signature" in result:
             print(f"BLEU: sacreBLEU {result['bleu_signature']}")
+    elif args.name == "cxr-align":
+        print_negation({"model": {"split": args.split, **result, "patients": result["cases"]}}, ("negated", "omitted"))
     elif "all" in result:  # MS-CXR-T on a progression model (fine-tuned or zero-shot)
         print(f"{args.name} ({result['reading']}, n={result['items']} studies)")
         print_protocols(result)

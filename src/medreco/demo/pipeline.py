@@ -328,9 +328,9 @@ def write_model_cards(metrics: dict, models: Path) -> None:
 
 
 def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
-    """Retrieval, closed and open-ended VQA (VLM and blind VLM) and longitudinal scores on the test split."""
+    """Retrieval, closed and open-ended VQA (VLM and blind VLM), longitudinal and negation scores on the test split."""
     from ..atomic import write_text_atomically
-    from ..evaluation import evaluate_retrieval, linear_probe, probe_table
+    from ..evaluation import evaluate_negation, evaluate_retrieval, linear_probe, probe_table
     from ..inference import RerankerScorer, RetrievalEncoder
 
     encoder = RetrievalEncoder.from_pretrained(models / "stage1" / "final", tensor_cache_dir=out / "cache")
@@ -340,6 +340,8 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
     probe = linear_probe(encoder, data, progress=config.progress)
     vqa = evaluate_demo_vqa(config, data, models, probe)
     temporal = evaluate_demo_temporal(config, data, models)
+    negation = evaluate_negation(encoder, data, "test", seed=config.seed, progress=config.progress)
+    trends = evaluate_demo_trends(encoder, data)
     entities = {e: {k: v for k, v in entry.items() if k != "probabilities"} for e, entry in probe["entities"].items()}
     return {
         "retrieval": retrieval["summary"],
@@ -352,7 +354,30 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
         },
         "montage": _montage(encoder, scorer, data, retrieval["queries"], out),
         "temporal": temporal,
+        # the per-case outcomes stay out of metrics.json (`medreco evaluate --protocol negation --out` has them)
+        "negation": {k: v for k, v in negation.items() if k != "case_ids"}
+        | {task: {k: v for k, v in negation[task].items() if k != "correct"} for task in ("negated", "omitted")},
+        "trends": trends,
     }
+
+
+def evaluate_demo_trends(encoder, data) -> dict:
+    """TAMM's protocols for the demo's stage 1: temporal sentence similarity of its text side, and the
+    trend classifier's four protocols when the stage 1 was trained with one (`trend_weight`); what
+    cannot be scored says why."""
+    from ..evaluation import evaluate_trends, temporal_sentence_similarity
+    from ..inference import TrendPredictor
+
+    result = {}
+    try:
+        result["sentence_similarity"] = temporal_sentence_similarity(encoder, data, "test")
+    except ValueError as error:
+        result["sentence_similarity"] = {"unavailable": str(error)}
+    if getattr(encoder.model, "trend_head", None) is None:
+        result["classifier"] = {"unavailable": "the demo's stage 1 trains no trend classifier (trend_weight: 0)"}
+    else:
+        result["classifier"] = evaluate_trends(TrendPredictor(encoder), data, "test")
+    return result
 
 
 def evaluate_demo_temporal(config: DemoConfig, data, models: Path) -> dict:

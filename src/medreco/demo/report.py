@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 from ..atomic import save_figure, write_text_atomically
-from .report_comparison import answerability_lines, answerability_plot, percent, probe_lines
+from .report_comparison import MODALITY_NAMES, answerability_lines, answerability_plot, percent, probe_lines
 from .report_headline import headline_lines, headline_plot, headlines
+from .report_negation import negation_lines, trend_lines
 from .report_temporal import temporal_lines
 
 SYSTEMS = ("entity", "entity+rerank", "holistic")
@@ -99,6 +100,8 @@ def markdown_report(metrics: dict) -> str:
         _closed_vqa_lines,
         answerability_lines,
         probe_lines,
+        negation_lines,
+        trend_lines,
         _open_ended_lines,
         _longitudinal_lines,
         temporal_lines,
@@ -117,15 +120,6 @@ _SCORINGS = {
 _BASELINE_NAMES = {
     "text_only": "text-only baseline (question only)",
     "majority": "majority answer (most often right option)",
-}
-
-
-MODALITY_NAMES = {
-    "chest_xray": "chest X-ray",
-    "chest_ct": "chest CT",
-    "abdominal_ct": "abdominal CT",
-    "brain_mri": "brain MRI",
-    "ultrasound": "ultrasound",
 }
 
 

@@ -18,6 +18,15 @@ SYSTEM_NAMES = {
 GROUP_NAMES = {"image_answerable": "image-answerable", "report_only": "report-only", "unknown": "unknown"}
 
 
+MODALITY_NAMES = {
+    "chest_xray": "chest X-ray",
+    "chest_ct": "chest CT",
+    "abdominal_ct": "abdominal CT",
+    "brain_mri": "brain MRI",
+    "ultrasound": "ultrasound",
+}
+
+
 def percent(value: float) -> str:
     """A share as the report writes it: 0.4771 -> '47.7'."""
     return f"{100 * value:.1f}"

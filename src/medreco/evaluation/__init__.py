@@ -1,4 +1,4 @@
-"""Evaluation: ranking, statistics and text metrics; retrieval, VQA and longitudinal protocols.
+"""Evaluation: ranking, statistics and text metrics; retrieval, VQA, longitudinal, negation and trend protocols.
 The package's own metrics also load as `evaluate` modules: `medreco.evaluation.hf_metrics`."""
 
 from .answerability import answerability_breakdown
@@ -16,6 +16,7 @@ from .metrics import (
     text_scores,
     wilson_interval,
 )
+from .negation import compare_negation, evaluate_negation, mined_negation_cases, negation_alignment
 from .probe import fit_logistic, linear_probe, presence_ceiling, probe_features, probe_table, rank_auc
 from .public_sets import PUBLIC_SETS, ImageLocator, PublicSetDataError, run_public_set
 from .retrieval import ClipBaseline, entity_level, evaluate_retrieval, summarize_retrieval
@@ -30,6 +31,7 @@ from .temporal import (
     score_progression,
 )
 from .text import BERTScorer, available_report_metrics, clinical_facts, entity_f1, mean_text_score
+from .trend import evaluate_trends, temporal_sentence_similarity, trend_pairs
 from .vqa import (
     CLOSED_SCORING,
     accuracy_summary,
@@ -58,6 +60,13 @@ __all__ = [
     "PublicSetDataError",
     "ImageLocator",
     "accuracy_summary",
+    "compare_negation",
+    "evaluate_negation",
+    "evaluate_trends",
+    "temporal_sentence_similarity",
+    "trend_pairs",
+    "mined_negation_cases",
+    "negation_alignment",
     "answerability_breakdown",
     "available_report_metrics",
     "bleu",

@@ -9,6 +9,9 @@
 - **Medical-Diff-VQA** (open "what has changed" questions about a study against an earlier one):
   answers are generated and scored with BLEU-4, ROUGE-L, METEOR, entity F1, and RaTEScore and
   RadGraph F1 when their packages and models are available (else the reason is recorded).
+- **CXR-Align** (CLIP-clinic: a report against its variant with one finding negated, and omitted),
+  on a stage-1 retrieval model: the image's whole-image feature must prefer the report
+  (`evaluation.negation`, the same code as the protocol built from mined reports).
 
 Their files come from their publishers (credentialed access); the images are found under
 an image root in the MIMIC-CXR(-JPG) layout (`files/pXX/pSUBJECT/sSTUDY/<dicom_id>.jpg`). The
@@ -30,6 +33,7 @@ from ..data.public_datasets import (
     ChoiceQuestion,
     DifferenceQuestion,
     ProgressionItem,
+    cxr_align,
     medical_diff_vqa,
     mmxu,
     ms_cxr_t,
@@ -44,7 +48,7 @@ from .vqa import accuracy_summary, closed_accuracy, confusion_table, evaluate_op
 
 logger = logging.getLogger(__name__)
 
-PUBLIC_SETS = ("mmxu", "ms-cxr-t", "medical-diff-vqa")
+PUBLIC_SETS = ("mmxu", "ms-cxr-t", "medical-diff-vqa", "cxr-align")
 IMAGE_SUFFIXES = (".dcm", ".jpg", ".jpeg", ".png")
 PROGRESSION_OPTIONS = {"improving": "decreased", "stable": "stable", "worsening": "increased"}
 
@@ -240,6 +244,31 @@ def evaluate_ms_cxr_t_progression(
     return {"findings": entities, **result}
 
 
+def evaluate_cxr_align(encoder, cases: Sequence, images: ImageLocator, progress: bool = False) -> dict:
+    """CXR-Align's two tasks on a retrieval model: each case's image (its key read as a DICOM id, else
+    as a study id) encoded once, whole-image features against the three reports. The file names no
+    patients, so each case is its own cluster."""
+    from .negation import WHOLE_IMAGE, negation_alignment
+
+    def image_of(case) -> str:
+        try:
+            return images.by_dicom_id(case.case_id, f"CXR-Align case {case.case_id}")
+        except PublicSetDataError:
+            return images.by_study(case.case_id, f"CXR-Align case {case.case_id}")
+
+    paths = [image_of(case) for case in cases]
+    ids = [case.case_id for case in cases]
+    features = {}
+    for block in encoder.encode_images(paths, ["chest_xray"] * len(cases), ids, progress=progress):
+        found, _ = encoder.condition(block.tokens, block.modality_ids, None)
+        features.update(zip(block.study_ids, found, strict=True))
+    result = negation_alignment(encoder, cases, features, {c: c for c in ids})
+    del result["case_ids"]
+    for task in ("negated", "omitted"):
+        result[task].pop("correct")
+    return {"feature": WHOLE_IMAGE, **result}
+
+
 def run_public_set(
     name: str,
     model_dir: str | Path,
@@ -253,16 +282,32 @@ def run_public_set(
 ) -> dict:
     """Load a saved VLM (a folder or Hub repository, on `placement`'s device) and run the public set
     `name` (one of `PUBLIC_SETS`) on at most `limit` items drawn reproducibly. Medical-Diff-VQA uses
-    its `split` and the "difference" questions."""
+    its `split` and the "difference" questions; CXR-Align takes a stage-1 retrieval model and reads
+    `split` as the file's part ("mimic" or "openi"; "test" means "mimic")."""
     from ..inference import ComparativeReader
 
     if name not in PUBLIC_SETS:
         raise PublicSetDataError(f"unknown public evaluation set {name!r}; choose one of {', '.join(PUBLIC_SETS)}")
-    readers = {"mmxu": mmxu, "ms-cxr-t": ms_cxr_t, "medical-diff-vqa": lambda path: medical_diff_vqa(path, split=split)}
+    readers = {
+        "mmxu": mmxu,
+        "ms-cxr-t": ms_cxr_t,
+        "medical-diff-vqa": lambda path: medical_diff_vqa(path, split=split),
+        "cxr-align": lambda path: cxr_align(path, "mimic" if split == "test" else split),
+    }
     items = sample_rows(readers[name](data_path), limit, seed)
     if not items:
         raise PublicSetDataError(f"{data_path}: no {name} items to evaluate (check the file and the split)")
     images = ImageLocator(image_root)
+    if name == "cxr-align":
+        from ..inference import RetrievalEncoder
+
+        encoder = RetrievalEncoder.from_pretrained(model_dir, placement)
+        return {
+            "set": name,
+            "items": len(items),
+            "model": str(model_dir),
+            **evaluate_cxr_align(encoder, items, images, progress),
+        }
     reading = _temporal_reading(model_dir) if name == "ms-cxr-t" else None
     if reading is not None:
         from ..inference import ProgressionPredictor, ZeroShotProgressionPredictor
@@ -305,6 +350,7 @@ __all__ = [
     "ImageLocator",
     "evaluate_medical_diff_vqa",
     "evaluate_mmxu",
+    "evaluate_cxr_align",
     "evaluate_ms_cxr_t",
     "evaluate_ms_cxr_t_progression",
     "progression_question",

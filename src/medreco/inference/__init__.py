@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from .device import DeviceError, InferenceDevice
     from .encoder import EncodedStudies, RerankerScorer, RetrievalEncoder, fuse_scores
     from .index import ExactSearch, GalleryIndex, GalleryIndexError, SearchHit, entity_key, index_archive
-    from .progression import ProgressionPredictor, ZeroShotProgressionPredictor, progression_batch
+    from .progression import ProgressionPredictor, TrendPredictor, ZeroShotProgressionPredictor, progression_batch
     from .search import RankedStudy, Searcher, attention_map, plot_montage
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__)
@@ -35,5 +35,6 @@ __all__ = [
     "index_archive",
     "plot_montage",
     "progression_batch",
+    "TrendPredictor",
     "ZeroShotProgressionPredictor",
 ]

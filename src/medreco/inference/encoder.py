@@ -126,6 +126,23 @@ class RetrievalEncoder:
         return self._entity_cache[entity]
 
     @torch.no_grad()
+    def embed_texts(self, texts: Sequence[str], batch_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+        """Free texts (reports, sentences) as `(T, d)` shared-space embeddings and as their text
+        backbone's pooled outputs, both L2-normalised: what the image side is compared with, and
+        what the text backbone alone tells apart."""
+        model, shared, pooled = self.model, [], []
+        for start in range(0, len(texts), batch_size):
+            batch = self.tokenizer(
+                list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt"
+            )
+            ids, mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+            with self.placement.autocast():
+                backbone = model.text_encoder.pool(ids, mask)
+                shared.append(model.text_encoder.project(backbone).float().cpu())
+            pooled.append(torch.nn.functional.normalize(backbone.float().cpu(), dim=-1))
+        return torch.cat(shared), torch.cat(pooled)
+
+    @torch.no_grad()
     def condition(
         self, tokens: torch.Tensor, modality_ids: torch.Tensor, entity: str | None, batch_size: int = 256
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,8 @@
 """Reading a finding's interval change between a prior and a current study with a progression
 model (a retrieval model saved with BioViL-T's prior-image fusion and a progression head), or
 zero-shot with a temporally pretrained retrieval model: the prior-fused feature conditioned on the
-finding against text prompts of each class (`ZeroShotProgressionPredictor`).
+finding against text prompts of each class (`ZeroShotProgressionPredictor`); or the patient's overall
+trend with TAMM's trend classifier (`TrendPredictor`).
 
 Studies are encoded once by the frozen static encoder; each pair is then read forwards (prior ->
 current) and backwards (the two studies swapped), which TILA's protocols and inversion-aware
@@ -212,9 +213,50 @@ class ZeroShotProgressionPredictor:
         return torch.cat(forward), torch.cat(backward)
 
 
+class TrendPredictor:
+    """TAMM's trend classifier of a stage-1 model trained with `trend_weight`: a pair's overall
+    trend (improving / stable / worsening) from the difference of the two studies' whole-image
+    features, current minus prior; read backwards, the difference is negated. Pairs are
+    `ProgressionPair`s whose `entity_id` is ignored (the trend is the patient's, not a finding's)."""
+
+    def __init__(self, encoder: RetrievalEncoder, source: str | Path = "this retrieval model"):
+        if getattr(encoder.model, "trend_head", None) is None:
+            raise ValueError(
+                f"{source}: this retrieval model has no trend classifier (train stage 1 with trend_weight)"
+            )
+        self.encoder = encoder
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, placement: InferenceDevice | None = None) -> TrendPredictor:
+        return cls(RetrievalEncoder.from_pretrained(name_or_path, placement), name_or_path)
+
+    def entity_embeddings(self, entity_ids: Sequence[str], prompts: Mapping[str, str]) -> dict:
+        return {}  # no finding conditions a trend
+
+    @torch.no_grad()
+    def logits(
+        self, pairs: Sequence[ProgressionPair], studies: StudyTokens, entity_embeddings=None, batch_size: int = 256
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(forward, reversed)` logits `(P, 3)` of each pair's trend."""
+        head = self.encoder.model.eval().trend_head
+        forward, backward = [], []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            ids = torch.tensor([studies.modality_ids[p.current] for p in chunk])
+            current, _ = self.encoder.condition(torch.stack([studies.tokens[p.current] for p in chunk]), ids, None)
+            prior, _ = self.encoder.condition(torch.stack([studies.tokens[p.prior] for p in chunk]), ids, None)
+            change = (current - prior).to(self.encoder.device)
+            forward.append(head(change.to(head.weight.dtype)).float().cpu())
+            backward.append(head((-change).to(head.weight.dtype)).float().cpu())
+        if not forward:
+            return torch.zeros(0, 3), torch.zeros(0, 3)
+        return torch.cat(forward), torch.cat(backward)
+
+
 __all__ = [
     "FindingPrompts",
     "ProgressionPredictor",
+    "TrendPredictor",
     "StudyTokens",
     "ZeroShotProgressionPredictor",
     "encode_studies",

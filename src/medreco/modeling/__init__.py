@@ -10,38 +10,39 @@ from .configuration_reranker import MedReCoRerankerConfig
 from .configuration_retrieval import BIOLORD_2023, MedReCoConditionerConfig, MedReCoConfig
 from .configuration_vision import DEFAULT_MODALITIES, MedReCoVisionConfig
 from .configuration_vlm import MedReCoVLMConfig
+from .inputs import CandidateBatch, PriorBatch, ProgressionBatch, ReportSupervision, StatementBatch, TextBatch
 from .losses import (
     bidirectional_cross_entropy,
     change_aware_sigmoid_loss,
     contrastive_ranking_loss,
+    dynamic_soft_labels,
     inversion_aware_probabilities,
     invert_progression,
     pairwise_sigmoid_loss,
+    rationale_consistency_loss,
     sigmoid_loss,
     smooth_ap_loss,
+    soft_target_infonce_loss,
     symmetric_infonce_loss,
     temporal_consistency_loss,
+    trend_classification_loss,
     triplet_loss_with_hard_negatives,
     triplet_relevance,
 )
 from .modeling_reranker import MedReCoReranker, RerankerOutput, select_top_tokens
 from .modeling_retrieval import (
     PROGRESSION_CLASSES,
-    CandidateBatch,
     ConditionerOutput,
     MedReCoConditioner,
     MedReCoModel,
     MedReCoOutput,
     MedReCoProgressionHead,
-    MedReCoTextEncoder,
-    PriorBatch,
-    ProgressionBatch,
-    StatementBatch,
-    TextBatch,
 )
 from .modeling_utils import CheckpointMismatchError, MedReCoPreTrainedModel, count_active_parameters
 from .modeling_vision import MedReCoTemporalFusion, MedReCoVisionModel, MedReCoVisionOutput
 from .modeling_vlm import MedReCoForConditionalGeneration, MedReCoVLMModel, MedReCoVLMOutput
+from .text_encoder import MedReCoTextEncoder
+from .trend import RationaleConditionedPredictor, attach_trend_parts
 
 AUTO_REGISTRATIONS = (
     # (model_type, config class, [(auto class, model class), ...])
@@ -72,6 +73,7 @@ register_auto_classes()
 
 __all__ = [
     "CandidateBatch",
+    "ReportSupervision",
     "StatementBatch",
     "TextBatch",
     "AUTO_REGISTRATIONS",
@@ -91,6 +93,8 @@ __all__ = [
     "MedReCoProgressionHead",
     "MedReCoTemporalFusion",
     "MedReCoTextEncoder",
+    "RationaleConditionedPredictor",
+    "attach_trend_parts",
     "MedReCoVLMConfig",
     "MedReCoVLMModel",
     "MedReCoVLMOutput",
@@ -110,9 +114,13 @@ __all__ = [
     "inversion_aware_probabilities",
     "invert_progression",
     "pairwise_sigmoid_loss",
+    "rationale_consistency_loss",
     "sigmoid_loss",
     "temporal_consistency_loss",
+    "trend_classification_loss",
+    "dynamic_soft_labels",
     "smooth_ap_loss",
+    "soft_target_infonce_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",
     "triplet_relevance",

@@ -48,12 +48,24 @@ class MedReCoConfig(PreTrainedConfig):
     (`ranking_loss="smooth_ap"`) as in the published code, or a multi-positive contrastive loss at
     the learnable temperature (`ranking_loss="contrastive"`).
 
+    CLIP-clinic (section 4.2): with `text_soft_label_threshold` and/or `clinical_soft_label_threshold`
+    the image-report InfoNCE's one-hot targets become dynamic soft labels from the batch's text
+    embeddings and clinical-label vectors (`ReportSupervision`), one loss per source, averaged (the
+    paper's equal weights); hard-negative reports and statements, when the trainer passes them,
+    join each softmax as extra texts.
+
     Temporal pretraining (BioViL-T, TILA), on a vision encoder with `num_temporal_layers > 0` when
     the trainer passes each study's prior: `temporal_alignment_weight` adds the same image-report
     InfoNCE (and statement alignment) computed on the prior-fused tokens `P_diff` of the studies
     that have a prior; `change_aware_weight` adds TILA's change-aware sigmoid loss on the pair read
     backwards (it matches its report only when the report describes no change), with a learnable
     temperature and bias of its own.
+
+    TAMM (sections 3.2-3.3), on any vision encoder when the trainer passes each study's prior with its
+    trend label and rationales (`PriorBatch`): `trend_weight` adds the trend classifier's loss on the
+    whole-image and report embedding differences of the adjacent studies (one head for both);
+    `rationale_weight` the bidirectional loss of predicting each study's patch tokens from the other's
+    and the rationale (`modeling.trend`).
 
     `progression_head=True` adds a per-finding interval-change classifier (improving / stable /
     worsening, BioViL-T's progression task) over the static and temporal tokens of a vision encoder
@@ -79,8 +91,14 @@ class MedReCoConfig(PreTrainedConfig):
     smooth_ap_temperature: float = 0.01
     # weight of entity-statement alignment added to the warm-up InfoNCE (when statements are given)
     statement_alignment_weight: float = 1.0
+    # CLIP-clinic's dynamic soft labels for image-report alignment (None: off): the thresholds tau_t
+    # on the batch's text-embedding cosines and tau_c on its clinical-label cosines (paper: 0.9, 0.8)
+    text_soft_label_threshold: float | None = None
+    clinical_soft_label_threshold: float | None = None
     temporal_alignment_weight: float = 0.0  # BioViL-T: image-report alignment on P_diff
     change_aware_weight: float = 0.0  # TILA's W: change-aware sigmoid loss on the reversed pair
+    trend_weight: float = 0.0  # TAMM: trend classifier on adjacent studies' embedding differences
+    rationale_weight: float = 0.0  # TAMM's lambda_cons: rationale-conditioned prediction of adjacent tokens
     change_logit_scale_init_value: float = 2.3026  # SigLIP's init: t = 10, b = -10
     change_logit_bias_init_value: float = -10.0
     progression_head: bool = False  # per-finding improving / stable / worsening on the prior-fused tokens
@@ -101,8 +119,13 @@ class MedReCoConfig(PreTrainedConfig):
         for name, value in temporal.items():
             if value and not self.vision_config.num_temporal_layers:
                 raise ValueError(f"{name} needs a temporal vision encoder: set vision_config.num_temporal_layers > 0")
-        if self.temporal_alignment_weight < 0 or self.change_aware_weight < 0:
-            raise ValueError("temporal_alignment_weight and change_aware_weight must be 0 or more")
+        for name in ("text_soft_label_threshold", "clinical_soft_label_threshold"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"{name} must be in [0, 1) or None; got {value}")
+        for name in ("temporal_alignment_weight", "change_aware_weight", "trend_weight", "rationale_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more")
 
 
 __all__ = ["BIOLORD_2023", "MedReCoConditionerConfig", "MedReCoConfig"]

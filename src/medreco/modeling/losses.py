@@ -1,4 +1,5 @@
-"""Training objectives: stage 1's (MedReCo paper, section 4.5) and TILA's temporal ones.
+"""Training objectives: stage 1's (MedReCo paper, section 4.5), CLIP-clinic's soft labels, and the
+temporal ones of TILA and TAMM.
 
 Ranking losses take a similarity matrix `(anchors, candidates)` and a relevance matrix of the
 same shape: 1 = positive, 0 = negative, -1 = unknown (ignored). Data builders fill relevance for
@@ -26,15 +27,57 @@ def symmetric_infonce_loss(
     effusion." across many images); each row's target is then spread evenly over its group instead
     of calling its duplicates negatives (the soft labels of CLIP-clinic, section 4.2, reduced to
     identical content)."""
+    size = image_embeds.shape[0]
+    if groups is None:
+        targets = torch.eye(size, device=image_embeds.device)
+    else:
+        targets = (groups[:, None] == groups[None, :]).float()
+    return soft_target_infonce_loss(image_embeds, text_embeds, logit_scale, targets)
+
+
+def soft_target_infonce_loss(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """InfoNCE against soft targets (CLIP-clinic, Eqs. 1-2 and 6-7), with extra texts.
+
+    `image_embeds` `(B, d)`; `text_embeds` `(B + H, d)`: the B paired texts, then H hard negatives
+    (texts no image in the batch shows); `targets` `(B, B + H)`, non-negative, each row's weights
+    over the texts (normalised here). Image to text is a softmax over all B + H texts; text to image
+    over the B images for the B paired texts only (hard negatives have no image of their own), with
+    the transposed targets. Cross-entropy against soft targets is the paper's KL divergence plus the
+    targets' entropy, which does not depend on the model: the same gradients, and with one-hot
+    targets the same value as CLIP's loss."""
+    size = image_embeds.shape[0]
+    if targets.shape != (size, text_embeds.shape[0]) or text_embeds.shape[0] < size:
+        raise ValueError(
+            f"targets must be (images, texts) with at least one text per image; got {tuple(targets.shape)} for "
+            f"{size} images and {text_embeds.shape[0]} texts"
+        )
     # in float32 even under autocast: a bf16 cosine near 1 moves in steps of 1/256, 0.4 at a logit scale of 100
     with torch.autocast(image_embeds.device.type, enabled=False):
         logits = logit_scale.exp().float() * (image_embeds.float() @ text_embeds.float().t())
-    if groups is None:
-        targets = torch.arange(logits.shape[0], device=logits.device)
-    else:
-        same = (groups[:, None] == groups[None, :]).to(logits.dtype)
-        targets = same / same.sum(dim=1, keepdim=True)  # symmetric, so it serves both directions
-    return (nn.functional.cross_entropy(logits, targets) + nn.functional.cross_entropy(logits.t(), targets)) / 2
+    targets = targets.float()
+    image_to_text = targets / targets.sum(dim=1, keepdim=True)
+    paired = targets[:, :size].t()
+    text_to_image = paired / paired.sum(dim=1, keepdim=True)
+    return (
+        nn.functional.cross_entropy(logits, image_to_text)
+        + nn.functional.cross_entropy(logits[:, :size].t(), text_to_image)
+    ) / 2
+
+
+def dynamic_soft_labels(similarity: torch.Tensor, threshold: float) -> torch.Tensor:
+    """CLIP-clinic's dynamic soft labels (Eqs. 4-5): `(N, M)` similarities (cosines; row i's own
+    text in column i) above `threshold` rescaled to (0, 1], the rest 0, each row's own text 1, rows
+    normalised to sum to 1. Rows whose vectors are all zero (a study with no label) keep only their
+    own text."""
+    if not 0 <= threshold < 1:
+        raise ValueError(f"a soft-label threshold must be in [0, 1); got {threshold}")
+    similarity = similarity.float()
+    labels = torch.where(similarity > threshold, (similarity - threshold) / (1 - threshold), 0.0).clamp(max=1)
+    rows = torch.arange(similarity.shape[0], device=similarity.device)
+    labels[rows, rows] = 1.0
+    return labels / labels.sum(dim=1, keepdim=True)
 
 
 def triplet_loss_with_hard_negatives(
@@ -209,16 +252,45 @@ def change_aware_sigmoid_loss(
     return pairwise_sigmoid_loss(inverted_image_embeds, text_embeds, positives, logit_scale, logit_bias)
 
 
+def trend_classification_loss(
+    image_logits: torch.Tensor, text_logits: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """TAMM's trend loss (Eqs. 4-6): cross-entropy of the trend predicted from the image-embedding
+    difference and from the report-embedding difference of adjacent studies, averaged."""
+    return (
+        nn.functional.cross_entropy(image_logits.float(), labels)
+        + nn.functional.cross_entropy(text_logits.float(), labels)
+    ) / 2
+
+
+def rationale_consistency_loss(
+    predicted_next: torch.Tensor,
+    next_tokens: torch.Tensor,
+    predicted_previous: torch.Tensor,
+    previous_tokens: torch.Tensor,
+) -> torch.Tensor:
+    """TAMM's bidirectional consistency (Eq. 9): squared error of the tokens predicted forwards
+    (from the earlier study and the rationale) and backwards (from the later study and the counter
+    rationale), per element, summed over the two directions."""
+    forward = (predicted_next.float() - next_tokens.float()).pow(2).mean()
+    backward = (predicted_previous.float() - previous_tokens.float()).pow(2).mean()
+    return forward + backward
+
+
 __all__ = [
     "bidirectional_cross_entropy",
     "change_aware_sigmoid_loss",
     "contrastive_ranking_loss",
+    "dynamic_soft_labels",
     "inversion_aware_probabilities",
     "invert_progression",
     "pairwise_sigmoid_loss",
+    "rationale_consistency_loss",
     "sigmoid_loss",
     "temporal_consistency_loss",
+    "trend_classification_loss",
     "smooth_ap_loss",
+    "soft_target_infonce_loss",
     "symmetric_infonce_loss",
     "triplet_loss_with_hard_negatives",
     "triplet_relevance",

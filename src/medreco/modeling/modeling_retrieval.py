@@ -7,26 +7,32 @@ L2-normalised features (Eq. 4)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import AutoModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from .blocks import ModalityExpertsFeedForward, check_modality_ids
 from .configuration_retrieval import MedReCoConditionerConfig, MedReCoConfig
+from .inputs import CandidateBatch, PriorBatch, ProgressionBatch, ReportSupervision, StatementBatch, TextBatch
 from .losses import (
     change_aware_sigmoid_loss,
     contrastive_ranking_loss,
+    dynamic_soft_labels,
+    rationale_consistency_loss,
     smooth_ap_loss,
+    soft_target_infonce_loss,
     symmetric_infonce_loss,
+    trend_classification_loss,
     triplet_loss_with_hard_negatives,
     triplet_relevance,
 )
 from .modeling_utils import MedReCoPreTrainedModel
 from .modeling_vision import MedReCoVisionModel, MedReCoVisionOutput
+from .text_encoder import MedReCoTextEncoder, build_text_backbone
+from .trend import PROGRESSION_CLASSES, RationaleConditionedPredictor
 
 
 @dataclass
@@ -58,128 +64,6 @@ class MedReCoOutput(ModelOutput):
     similarity: torch.Tensor | None = None
     progression_logits: torch.Tensor | None = None
     reversed_progression_logits: torch.Tensor | None = None
-
-
-class _Inputs:
-    """A typed group of model inputs that moves to a device like a tensor (`.to(device)`), so that
-    trainers can place a batch without knowing its structure."""
-
-    def to(self, *args, **kwargs):
-        moved = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            moved[item.name] = value.to(*args, **kwargs) if hasattr(value, "to") else value
-        return replace(self, **moved)
-
-
-@dataclass
-class TextBatch(_Inputs):
-    """Texts as tokens (`input_ids`, `attention_mask`) or as the pooled outputs of a frozen text
-    backbone (`pooled`, see `MedReCoTextEncoder.pool`), which then take precedence."""
-
-    input_ids: torch.Tensor | None = None
-    attention_mask: torch.Tensor | None = None
-    pooled: torch.Tensor | None = None
-
-
-@dataclass
-class StatementBatch(_Inputs):
-    """Entity statements mined from a batch's reports: the batch's distinct entities (one row each),
-    the statements, `pairs` `(P, 2)` of (entity row, image row) and `groups` `(P,)` (equal ids: the
-    same statement)."""
-
-    entities: TextBatch
-    statements: TextBatch
-    pairs: torch.Tensor
-    groups: torch.Tensor | None = None
-
-
-@dataclass
-class CandidateBatch(_Inputs):
-    """The images ranked against a batch's anchors: `pixel_values`, `modality_ids`, and `relevance`
-    `(A, C)` of each candidate to each anchor (None: candidates are [positives; negatives], one of
-    each per anchor)."""
-
-    pixel_values: torch.Tensor
-    modality_ids: torch.Tensor
-    relevance: torch.Tensor | None = None
-
-
-@dataclass
-class PriorBatch(_Inputs):
-    """Each alignment study's prior (temporal pretraining): `pixel_values` like the current
-    images' (rows where `has_prior` `(B,)` is False are ignored), and `changed` `(B,)`, whether the
-    current report describes a change from the prior (TILA's change label)."""
-
-    pixel_values: torch.Tensor
-    has_prior: torch.Tensor
-    changed: torch.Tensor | None = None
-
-
-@dataclass
-class ProgressionBatch(_Inputs):
-    """Prior/current pairs for the progression head: the two studies' static tokens `(B, N, d)`
-    (cached from a frozen encoder, or `last_hidden_state`), `has_prior` `(B,)` (False: the
-    missing-prior token instead, the static baseline), the finding's text embedding
-    `entity_embeddings` `(B, d)`, and `labels` `(B,)` indices into `PROGRESSION_CLASSES` (for the
-    loss). `both_orders` also reads every pair backwards (prior as current), for TILA's losses."""
-
-    current_tokens: torch.Tensor
-    prior_tokens: torch.Tensor
-    entity_embeddings: torch.Tensor
-    has_prior: torch.Tensor | None = None
-    labels: torch.Tensor | None = None
-    both_orders: bool = False
-
-
-class MedReCoTextEncoder(nn.Module):
-    """Any BERT-style encoder, mean-pooled over real tokens, projected to the shared size, L2-normalised."""
-
-    def __init__(self, text_config, projection_dim: int):
-        super().__init__()
-        self.backbone = build_text_backbone(text_config)
-        self.projection = nn.Linear(text_config.hidden_size, projection_dim, bias=False)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.project(self.pool(input_ids, attention_mask, token_type_ids))
-
-    def pool(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The backbone's mean-pooled output, `(B, text hidden)`: fixed while the backbone is frozen,
-        so a trainer may compute it once per text."""
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            inputs["token_type_ids"] = token_type_ids
-        hidden = self.backbone(**inputs).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-
-    def project(self, pooled: torch.Tensor) -> torch.Tensor:
-        """Pooled backbone output -> L2-normalised shared-space embedding (fp32: similarities need it)."""
-        return nn.functional.normalize(self.projection(pooled.to(self.projection.weight.dtype)).float(), dim=-1)
-
-
-def build_text_backbone(text_config, pretrained_name_or_path: str | None = None, **kwargs) -> nn.Module:
-    """A text encoder from a config or pretrained weights, without its pooling head (mean pooling
-    replaces it, and an unused head would be dead weight in distributed training)."""
-    if pretrained_name_or_path is None:
-        backbone = AutoModel.from_config(text_config)
-    else:
-        backbone = AutoModel.from_pretrained(pretrained_name_or_path, **kwargs)
-    if getattr(backbone, "pooler", None) is not None:
-        backbone.pooler = None
-    return backbone
 
 
 def conditioning_tokens(vision_output: MedReCoVisionOutput, source: str = "pooled") -> torch.Tensor:
@@ -286,11 +170,6 @@ class MedReCoConditioner(nn.Module):
         return ConditionerOutput(features=features, attention=attention)
 
 
-# BioViL-T's and TILA's progression classes, in the order whose reversal (index 2 - i) is the
-# inverse change: the pair read backwards turns improving into worsening, stable stays stable
-PROGRESSION_CLASSES = ("improving", "stable", "worsening")
-
-
 class MedReCoProgressionHead(nn.Module):
     """Interval change of one finding between a prior and a current study (BioViL-T, section 3):
     `V = P_curr (+) P_diff`, the static and the temporal tokens concatenated and projected back to
@@ -345,6 +224,12 @@ class MedReCoModel(MedReCoPreTrainedModel):
             if config.progression_head
             else None
         )
+        self.trend_head = nn.Linear(hidden, len(PROGRESSION_CLASSES)) if config.trend_weight else None
+        self.rationale_predictor = None
+        if config.rationale_weight:
+            self.rationale_predictor = RationaleConditionedPredictor(
+                hidden, config.conditioner_config.intermediate_size
+            )
         if config.change_aware_weight:  # TILA's t_swap and b_swap
             self.change_logit_scale = nn.Parameter(torch.tensor([config.change_logit_scale_init_value]))
             self.change_logit_bias = nn.Parameter(torch.tensor([config.change_logit_bias_init_value]))
@@ -501,8 +386,10 @@ class MedReCoModel(MedReCoPreTrainedModel):
         pairs: torch.Tensor,
         statement_embeds: torch.Tensor,
         groups: torch.Tensor | None,
+        negatives: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """InfoNCE between entity-conditioned image features and the statements of their reports."""
+        """InfoNCE between entity-conditioned image features and the statements of their reports;
+        `negatives` (embeddings, group ids): hard-negative statements, extra texts in each softmax."""
         if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] != statement_embeds.shape[0]:
             raise ValueError(
                 f"statement_pairs must be (statements, 2) rows of (entity row, image row); got {tuple(pairs.shape)} "
@@ -510,7 +397,57 @@ class MedReCoModel(MedReCoPreTrainedModel):
             )
         conditioned = self.condition(tokens, modality_ids, entity_embeddings, pairwise=True).features
         image_side = conditioned[pairs[:, 0], pairs[:, 1]]
-        return symmetric_infonce_loss(image_side, statement_embeds, self.logit_scale, groups)
+        if negatives is None:
+            return symmetric_infonce_loss(image_side, statement_embeds, self.logit_scale, groups)
+        negative_embeds, negative_groups = negatives
+        if groups is None or negative_groups is None:
+            raise ValueError("hard-negative statements need group ids (StatementBatch.groups and negative_groups)")
+        all_groups = torch.cat([groups, negative_groups.to(groups.device)])
+        targets = (groups[:, None] == all_groups[None, :]).float()
+        texts = torch.cat([statement_embeds, negative_embeds])
+        return soft_target_infonce_loss(image_side, texts, self.logit_scale, targets)
+
+    def report_alignment_loss(
+        self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, supervision: ReportSupervision | None = None
+    ) -> torch.Tensor:
+        """Whole-image features against their reports: CLIP's InfoNCE, or with CLIP-clinic's
+        `supervision` the hard-negative reports as extra texts and, per soft-label source the
+        config switches on, the InfoNCE against its dynamic soft labels (averaged over sources). A
+        study's own hard negative gets no share of its target, however similar: it differs from the
+        report in one finding, which is what the soft labels, thresholded on whole-report similarity,
+        cannot see (a report of five findings and its variant with four have label vectors at
+        cosine 0.89, above CLIP-clinic's tau_c)."""
+        texts = text_embeds
+        if supervision is not None and supervision.hard_negatives is not None:
+            texts = torch.cat([text_embeds, self._embed(supervision.hard_negatives)])
+        size, config = image_embeds.shape[0], self.config
+        sources = []
+        if config.text_soft_label_threshold is not None:
+            detached = nn.functional.normalize(texts.detach().float(), dim=-1)
+            sources.append((detached[:size] @ detached.t(), config.text_soft_label_threshold))
+        if config.clinical_soft_label_threshold is not None:
+            labels = None if supervision is None else supervision.clinical_labels
+            if labels is None or labels.shape[0] != texts.shape[0]:
+                raise ValueError(
+                    "clinical soft labels need ReportSupervision.clinical_labels with one row per report and hard "
+                    f"negative ({texts.shape[0]}); got {None if labels is None else tuple(labels.shape)}"
+                )
+            labels = nn.functional.normalize(labels.float().to(texts.device), dim=-1)
+            sources.append((labels[:size] @ labels.t(), config.clinical_soft_label_threshold))
+        if not sources:
+            targets = torch.eye(size, texts.shape[0], device=texts.device)
+            return soft_target_infonce_loss(image_embeds, texts, self.logit_scale, targets)
+        own = None  # (row, column) of each study's own hard negative: a contradiction, never a target
+        if supervision is not None and supervision.negative_rows is not None:
+            rows = supervision.negative_rows.to(texts.device)
+            own = (rows, size + torch.arange(len(rows), device=texts.device))
+        losses = []
+        for similarity, threshold in sources:
+            targets = dynamic_soft_labels(similarity, threshold)
+            if own is not None:
+                targets = targets.index_put(own, torch.zeros((), device=targets.device))
+            losses.append(soft_target_infonce_loss(image_embeds, texts, self.logit_scale, targets))
+        return torch.stack(losses).mean()
 
     @staticmethod
     def score(features_a: torch.Tensor, features_b: torch.Tensor) -> torch.Tensor:
@@ -530,6 +467,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
         entity_mask: torch.Tensor | None = None,
         candidates: CandidateBatch | None = None,
         progression: ProgressionBatch | None = None,
+        report_supervision: ReportSupervision | None = None,
         return_loss: bool = True,
         **kwargs,
     ) -> MedReCoOutput:
@@ -541,7 +479,8 @@ class MedReCoModel(MedReCoPreTrainedModel):
         the entity `statements` mined from those reports, so that the image's feature conditioned on
         an entity is aligned with what its report says about that entity ("No pleural effusion." vs
         "Moderate right pleural effusion."): a whole report's embedding barely moves when one finding
-        is negated, a sentence's does.
+        is negated, a sentence's does. `report_supervision` (CLIP-clinic): hard-negative reports and
+        statements, and clinical labels for the soft labels (`report_alignment_loss`).
 
         Ranking (`candidates`): anchors (`pixel_values`) with one entity each (`entities`; None means
         whole-image; `entity_mask` False rows use the whole-image query), scored against every
@@ -567,7 +506,9 @@ class MedReCoModel(MedReCoPreTrainedModel):
             raise ValueError(
                 "pass input_ids or reports (a TextBatch) for alignment, or candidates (a CandidateBatch) for ranking"
             )
-        return self.alignment_forward(pixel_values, modality_ids, reports, statements, return_loss, priors)
+        return self.alignment_forward(
+            pixel_values, modality_ids, reports, statements, return_loss, priors, report_supervision
+        )
 
     def alignment_forward(
         self,
@@ -577,6 +518,7 @@ class MedReCoModel(MedReCoPreTrainedModel):
         statements: StatementBatch | None = None,
         return_loss: bool = True,
         priors: PriorBatch | None = None,
+        supervision: ReportSupervision | None = None,
     ) -> MedReCoOutput:
         """The warm-up: whole-image features against their reports' embeddings (symmetric InfoNCE),
         plus, with `statements`, the entity-statement alignment weighted by `statement_alignment_weight`,
@@ -588,21 +530,30 @@ class MedReCoModel(MedReCoPreTrainedModel):
             text_embeds = self.text_encoder.project(reports.pooled)
         else:
             text_embeds = self.get_text_embeddings(reports.input_ids, reports.attention_mask)
-        loss = symmetric_infonce_loss(image_embeds, text_embeds, self.logit_scale) if return_loss else None
+        loss = self.report_alignment_loss(image_embeds, text_embeds, supervision) if return_loss else None
         statement_loss = statement_texts = None
         if statements is not None and return_loss:
             statement_texts = (self._embed(statements.entities), self._embed(statements.statements))
             entity_embeds, statement_embeds = statement_texts
+            negatives = None
+            if statements.negatives is not None:
+                negatives = (self._embed(statements.negatives), statements.negative_groups)
             statement_loss = self._statement_loss(
-                tokens, modality_ids, entity_embeds, statements.pairs, statement_embeds, statements.groups
+                tokens, modality_ids, entity_embeds, statements.pairs, statement_embeds, statements.groups, negatives
             )
             loss = loss + self.config.statement_alignment_weight * statement_loss
         temporal_loss = None
         if priors is not None and return_loss:
-            statement_inputs = None if statements is None else (*statement_texts, statements)
-            temporal_loss = self.temporal_alignment_loss(
-                vision_output.last_hidden_state, modality_ids, priors, text_embeds, statement_inputs
-            )
+            config = self.config
+            tamm = bool(config.trend_weight or config.rationale_weight)
+            if not tamm or config.temporal_alignment_weight or config.change_aware_weight:
+                statement_inputs = None if statements is None else (*statement_texts, statements)
+                temporal_loss = self.temporal_alignment_loss(
+                    vision_output.last_hidden_state, modality_ids, priors, text_embeds, statement_inputs
+                )
+            if tamm:
+                trend_loss = self.trend_alignment_loss(tokens, image_embeds, text_embeds, modality_ids, priors)
+                temporal_loss = trend_loss if temporal_loss is None else temporal_loss + trend_loss
             loss = loss + temporal_loss
         return MedReCoOutput(
             loss=loss,
@@ -654,6 +605,47 @@ class MedReCoModel(MedReCoPreTrainedModel):
             changed = priors.changed.to(current.device)[rows]
             loss = loss + change_weight * change_aware_sigmoid_loss(
                 inverted, text_embeds[rows], changed, self.change_logit_scale, self.change_logit_bias
+            )
+        return loss
+
+    def trend_alignment_loss(
+        self,
+        tokens: torch.Tensor,
+        image_embeds: torch.Tensor,
+        text_embeds: torch.Tensor,
+        modality_ids: torch.Tensor,
+        priors: PriorBatch,
+    ) -> torch.Tensor:
+        """TAMM on the batch's studies with a trend label: the trend classifier on the differences of
+        whole-image and of report embeddings (current minus prior), weighted by `trend_weight`, and
+        the rationale-conditioned prediction of each study's conditioning tokens from the other's,
+        weighted by `rationale_weight` (the predicted side's targets detached: the loss cannot be
+        lowered by shrinking every token)."""
+        if priors.trend is None:
+            raise ValueError("TAMM's losses need each study's trend label (PriorBatch.trend; -1 for none)")
+        rows = (priors.trend.to(tokens.device) >= 0).nonzero(as_tuple=True)[0]
+        loss = tokens.sum() * 0.0
+        if not len(rows):
+            return loss
+        ids = modality_ids.to(tokens.device)[rows]
+        prior_tokens = self.conditioning_tokens(self.get_image_tokens(priors.pixel_values.to(tokens.device)[rows], ids))
+        if self.config.trend_weight:
+            if priors.prior_reports is None:
+                raise ValueError("the trend loss needs the priors' reports (PriorBatch.prior_reports)")
+            image_change = image_embeds[rows] - self.condition(prior_tokens, ids).features
+            text_change = text_embeds[rows] - self._embed(priors.prior_reports)
+            labels = priors.trend.to(tokens.device)[rows]
+            loss = loss + self.config.trend_weight * trend_classification_loss(
+                self.trend_head(image_change), self.trend_head(text_change), labels
+            )
+        if self.config.rationale_weight:
+            if priors.rationale is None or priors.counter_rationale is None:
+                raise ValueError("the rationale loss needs PriorBatch.rationale and counter_rationale")
+            current = tokens[rows]
+            forward = self.rationale_predictor(prior_tokens, self._embed(priors.rationale))
+            backward = self.rationale_predictor(current, self._embed(priors.counter_rationale))
+            loss = loss + self.config.rationale_weight * rationale_consistency_loss(
+                forward, current.detach(), backward, prior_tokens.detach()
             )
         return loss
 

@@ -115,6 +115,19 @@ class Stage1Config:
     num_temporal_layers: int = 0
     temporal_alignment_weight: float = 0.0
     change_aware_weight: float = 0.0
+    # CLIP-clinic (off by default, the paper's stage 1): negation hard negatives (each study's report
+    # with one positive finding denied, or for a normal study a training report asserting one finding;
+    # each statement with its finding's presence reversed), extra texts in the alignment softmaxes;
+    # dynamic soft labels from text-embedding and clinical-label (mined status) similarity, each on
+    # when its threshold is set (the paper's tau_t 0.9, tau_c 0.8).
+    # TAMM (off by default): the trend classifier's loss on the whole-image and report embedding
+    # differences of adjacent studies, and the rationale-conditioned prediction of each study's tokens
+    # from the other's (lambda_cons); trends and rationales from the mined longitudinal table.
+    trend_weight: float = 0.0
+    rationale_weight: float = 0.0
+    negation_hard_negatives: bool = False
+    text_soft_label_threshold: float | None = None
+    clinical_soft_label_threshold: float | None = None
     data: DataConfig = field(default_factory=DataConfig)
     alignment: OptimizationConfig = field(default_factory=lambda: OptimizationConfig(epochs=1.0))
     ranking: OptimizationConfig = field(default_factory=OptimizationConfig)
@@ -129,9 +142,19 @@ class Stage1Config:
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/stage1"))
 
     def __post_init__(self):
-        for name in ("num_temporal_layers", "temporal_alignment_weight", "change_aware_weight"):
+        for name in (
+            "num_temporal_layers",
+            "temporal_alignment_weight",
+            "change_aware_weight",
+            "trend_weight",
+            "rationale_weight",
+        ):
             if getattr(self, name) < 0:
                 raise RecipeError(f"stage1.{name}: 0 or more, not {getattr(self, name)}")
+        for name in ("text_soft_label_threshold", "clinical_soft_label_threshold"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise RecipeError(f"stage1.{name}: in [0, 1) or null, not {value}")
 
 
 @dataclass

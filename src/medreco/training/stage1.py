@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from pathlib import Path
 
 import torch
@@ -30,10 +31,21 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, set_seed
 
 from ..data.mining import MinedData
+from ..data.mining.longitudinal import study_trends
 from ..data.mining.similarity import statement_key
+from ..data.reports.negation import ABNORMAL_STATUSES, NegationPhrasebook, report_variants
 from ..data.reports.ontology import entity_prompts
 from ..factory import create_model, resolve_text_encoder
-from ..modeling import CandidateBatch, MedReCoModel, PriorBatch, StatementBatch, TextBatch
+from ..modeling import (
+    PROGRESSION_CLASSES,
+    CandidateBatch,
+    MedReCoModel,
+    PriorBatch,
+    ReportSupervision,
+    StatementBatch,
+    TextBatch,
+    attach_trend_parts,
+)
 from ..processing import MedReCoImageProcessor, MedReCoRetrievalProcessor
 from .config import DataConfig, ModelSource, RecipeError, Stage1Config
 from .data import ImageStore, batch_size_rule, check_nonempty, train_transforms
@@ -133,12 +145,25 @@ class Stage1Texts:
         self.max_tokens = config.max_report_tokens
         self.progress = config.run.progress
         self.prompts = entity_prompts()
+        self.hard_negatives = config.negation_hard_negatives
+        self.seed = config.run.seed
+        self._phrasebook: NegationPhrasebook | None = None
+
+    def phrasebook(self, studies: list[str]) -> NegationPhrasebook:
+        """How the training reports deny and assert each entity (built once)."""
+        if self._phrasebook is None:
+            self._phrasebook = NegationPhrasebook.from_statements(self.data.studies[s].statements for s in studies)
+        return self._phrasebook
+
+    def _rng(self, *keys: str) -> random.Random:
+        return random.Random(":".join((str(self.seed), *keys)))  # string seeds hash the same in every process
 
     def statement_table(self, studies: list[str]) -> dict:
         """What the alignment batches need of the studies' mined statements: each (study, entity)
         statement's text, a group id per distinct content (`statement_key`), and (frozen text
         backbone) the pooled features of every statement and entity prompt, computed once."""
-        texts, groups, contents = {}, {}, {}
+        texts, groups, contents, flipped, flipped_groups = {}, {}, {}, {}, {}
+        book = self.phrasebook(studies) if self.hard_negatives else None
         for study in studies:
             for entity, statement in sorted(self.data.studies[study].statements.items()):
                 text = " ".join(statement.get("sentences", [])).strip()
@@ -147,18 +172,32 @@ class Stage1Texts:
                     # differently worded, same content: one group
                     content = (entity, statement_key(statement["status"], text))
                     groups[(study, entity)] = contents.setdefault(content, len(contents))
+                    negative = book and book.flipped(entity, statement, self._rng(study, entity))
+                    if negative:
+                        status = "negative" if statement["status"] in ABNORMAL_STATUSES else "positive"
+                        flipped[(study, entity)] = negative
+                        content = (entity, statement_key(status, negative))
+                        flipped_groups[(study, entity)] = contents.setdefault(content, len(contents))
         check_nonempty(list(texts), "entity statements in the training reports", self.data.directory)
-        distinct = sorted(set(texts.values()))
+        distinct = sorted(set(texts.values()) | set(flipped.values()))
         entities = sorted({entity for _, entity in texts})
-        table = {"texts": texts, "group": groups, "pooled": None, "row": {t: i for i, t in enumerate(distinct)}}
+        table = {
+            "texts": texts,
+            "group": groups,
+            "flipped": flipped,
+            "flipped_group": flipped_groups,
+            "pooled": None,
+            "row": {t: i for i, t in enumerate(distinct)},
+        }
         if self.frozen:
             table["pooled"] = self.pooled(dict(enumerate(distinct)), "encoding statements")
             table["entities"] = self.pooled({e: self.prompts[e] for e in entities}, "entities")
         logger.info(
-            "stage1: %d statements (%d texts, %d contents) on %d entities",
+            "stage1: %d statements (%d texts, %d contents, %d hard negatives) on %d entities",
             len(texts),
             len(distinct),
             len(contents),
+            len(flipped),
             len(entities),
         )
         return table
@@ -178,13 +217,83 @@ class Stage1Texts:
         texts = [table["texts"][(batch_ids[row], entity)] for row, entity in keys]
         pairs = torch.tensor([[entity_row[e], row] for row, e in keys], dtype=torch.long)
         groups = torch.tensor([table["group"][(batch_ids[row], entity)] for row, entity in keys], dtype=torch.long)
+        flipped = [(batch_ids[row], entity) for row, entity in keys if (batch_ids[row], entity) in table["flipped"]]
+        negatives = [table["flipped"][key] for key in flipped]
+        negative_groups = torch.tensor([table["flipped_group"][key] for key in flipped], dtype=torch.long)
         if table["pooled"] is not None:
             entity_texts = TextBatch(pooled=torch.stack([table["entities"][e] for e in entities]))
-            statement_texts = TextBatch(pooled=torch.stack([table["pooled"][table["row"][t]] for t in texts]))
+            statement_texts = self.pooled_batch(texts, table)
+            negative_texts = self.pooled_batch(negatives, table) if negatives else None
         else:
             entity_texts = self.text_batch([self.prompts[e] for e in entities])
             statement_texts = self.text_batch(texts)
-        return StatementBatch(entity_texts, statement_texts, pairs, groups)
+            negative_texts = self.text_batch(negatives) if negatives else None
+        if negative_texts is None:
+            return StatementBatch(entity_texts, statement_texts, pairs, groups)
+        return StatementBatch(entity_texts, statement_texts, pairs, groups, negative_texts, negative_groups)
+
+    @staticmethod
+    def pooled_batch(texts: list[str], table: dict) -> TextBatch:
+        return TextBatch(pooled=torch.stack([table["pooled"][table["row"][t]] for t in texts]))
+
+    def report_table(self, studies: list[str], clinical: bool) -> dict:
+        """CLIP-clinic's report side: each study's hard-negative report (when `negation_hard_negatives`:
+        its report with one positive finding denied; for a normal study, a training report of the
+        same modality asserting a single finding) and, when `clinical`, the clinical-label vector of
+        each report and hard negative (1 positive, 0.5 uncertain per entity, and a last "no finding"
+        slot), with the pooled features of the hard negatives (frozen text backbone)."""
+        book = self.phrasebook(studies) if self.hard_negatives else None
+        entities = sorted({e for s in studies for e in self.data.studies[s].statements})
+        column = {entity: i for i, entity in enumerate(entities)}
+
+        def labels(statements: dict) -> torch.Tensor:
+            vector = torch.zeros(len(entities) + 1)
+            for entity, statement in statements.items():
+                if entity in column and statement["status"] in ABNORMAL_STATUSES:
+                    vector[column[entity]] = 1.0 if statement["status"] == "positive" else 0.5
+            vector[-1] = float(not vector.any())
+            return vector
+
+        single = {}  # modality -> the studies whose report asserts exactly one finding
+        for study in studies:
+            record = self.data.studies[study]
+            if sum(st["status"] == "positive" for st in record.statements.values()) == 1:
+                single.setdefault(record.modality, []).append(study)
+        negatives, negative_labels = {}, {}
+        for study in studies if book is not None else ():
+            record, rng = self.data.studies[study], self._rng(study, "report")
+            variants = report_variants(record.report, record.statements, book, rng)
+            if variants is not None:
+                negatives[study] = variants.negated
+                denied = dict(record.statements)
+                denied[variants.entity] = {**denied[variants.entity], "status": "negative"}
+                negative_labels[study] = labels(denied)
+            elif [s for s in single.get(record.modality, []) if s != study]:
+                other = rng.choice([s for s in single[record.modality] if s != study])
+                negatives[study] = self.data.studies[other].report
+                negative_labels[study] = labels(self.data.studies[other].statements)
+        logger.info("stage1: %d hard-negative reports for %d studies", len(negatives), len(studies))
+        return {
+            "negatives": negatives,
+            "pooled": self.pooled(negatives, "encoding hard negatives") if self.frozen and negatives else {},
+            "labels": {s: labels(self.data.studies[s].statements) for s in studies} if clinical else None,
+            "negative_labels": negative_labels,
+        }
+
+    def report_supervision(self, batch_ids: list[str], table: dict) -> ReportSupervision:
+        """The hard-negative reports and clinical labels of one alignment batch."""
+        with_negative = [s for s in batch_ids if s in table["negatives"]]
+        hard_negatives = None
+        if with_negative and self.frozen:
+            hard_negatives = TextBatch(pooled=torch.stack([table["pooled"][s] for s in with_negative]))
+        elif with_negative:
+            hard_negatives = self.text_batch([table["negatives"][s] for s in with_negative])
+        clinical = None
+        if table["labels"] is not None:
+            rows = [table["labels"][s] for s in batch_ids] + [table["negative_labels"][s] for s in with_negative]
+            clinical = torch.stack(rows)
+        rows = torch.tensor([batch_ids.index(s) for s in with_negative], dtype=torch.long) if with_negative else None
+        return ReportSupervision(hard_negatives, clinical, rows)
 
     def text_batch(self, texts: list[str]) -> TextBatch:
         tokens = self.tokenize(texts)
@@ -239,7 +348,12 @@ class Stage1Trainer:
             self.model.set_text_backbone_trainable(False)
         if config.statement_alignment_weight:
             self.model.config.statement_alignment_weight = config.statement_alignment_weight
+        for name in ("text_soft_label_threshold", "clinical_soft_label_threshold"):
+            if getattr(config, name) is not None:
+                setattr(self.model.config, name, getattr(config, name))
         self.model = self._temporal_model(self.model)
+        if config.trend_weight or config.rationale_weight:
+            self.model = attach_trend_parts(self.model, config.trend_weight, config.rationale_weight)
         self.image_processor = build_image_processor(config.data, list(self.model.config.vision_config.modalities))
         train_ids = self.data.study_ids("train")
         check_nonempty(train_ids, "training-split studies", self.data.directory)
@@ -279,7 +393,13 @@ class Stage1Trainer:
         """current study -> (its prior, whether its report describes a change), from the training
         split's longitudinal table; None when the model trains no temporal loss."""
         config = self.model.config
-        if not (config.temporal_alignment_weight or config.change_aware_weight):
+        losses = (
+            config.temporal_alignment_weight,
+            config.change_aware_weight,
+            config.trend_weight,
+            config.rationale_weight,
+        )
+        if not any(losses):
             return None
         priors: dict[str, tuple[str, bool]] = {}
         for row in self.data.rows("longitudinal", "train"):
@@ -291,18 +411,66 @@ class Stage1Trainer:
         )
         return priors
 
+    def trend_table(self, priors: dict[str, tuple[str, bool]], reports: dict | None) -> dict | None:
+        """TAMM's supervision, when the model trains its losses: current study -> its `StudyTrend`
+        with the training split's prior (`study_trends`), and (frozen text backbone) the pooled
+        features of the rationales; `reports`, the pooled reports, serve the priors' reports."""
+        config = self.model.config
+        if not (config.trend_weight or config.rationale_weight):
+            return None
+        rows = self.data.rows("longitudinal", "train")
+        trends = {
+            t.current: t
+            for t in study_trends(rows, lambda study: self.data.studies[study].statements)
+            if t.current in priors and priors[t.current][0] == t.prior
+        }
+        check_nonempty(list(trends), "training study pairs with a trend (longitudinal rows)", self.data.directory)
+        logger.info("stage1: %d study pairs with a trend (TAMM)", len(trends))
+        table = {"trends": trends, "reports": reports, "pooled": None}
+        if self.config.freeze_text_encoder:
+            texts = {
+                (kind, s): getattr(t, kind) for s, t in trends.items() for kind in ("rationale", "counter_rationale")
+            }
+            table["pooled"] = self.texts.pooled(texts, "encoding rationales")
+        return table
+
     def prior_batch(
-        self, batch_ids: list[str], priors: dict[str, tuple[str, bool]], pixel_values: torch.Tensor
+        self,
+        batch_ids: list[str],
+        priors: dict[str, tuple[str, bool]],
+        pixel_values: torch.Tensor,
+        trends: dict | None = None,
     ) -> PriorBatch:
         """The priors of one alignment batch (`pixel_values`: the current images); only the priors
-        that exist are read, zeros stand in for the rest (the model does not read those rows)."""
+        that exist are read, zeros stand in for the rest (the model does not read those rows). With
+        `trends` (`trend_table`), each pair's trend and, for the pairs that have one, the priors'
+        reports and the rationales."""
         has_prior = torch.tensor([s in priors for s in batch_ids])
         prior_pixels = torch.zeros_like(pixel_values)
         if has_prior.any():
             read, _ = self.store.batch([priors[s][0] for s in batch_ids if s in priors])
             prior_pixels[has_prior] = read.to(prior_pixels.dtype)
         changed = torch.tensor([priors.get(s, (s, False))[1] for s in batch_ids])
-        return PriorBatch(prior_pixels, has_prior, changed)
+        if trends is None:
+            return PriorBatch(prior_pixels, has_prior, changed)
+        known = [s for s in batch_ids if s in trends["trends"]]
+        trend = torch.tensor(
+            [PROGRESSION_CLASSES.index(trends["trends"][s].trend) if s in trends["trends"] else -1 for s in batch_ids]
+        )
+        if not known:
+            return PriorBatch(prior_pixels, has_prior, changed, trend)
+        prior_studies = [trends["trends"][s].prior for s in known]
+        if trends["reports"] is not None and all(p in trends["reports"] for p in prior_studies):
+            prior_reports = TextBatch(pooled=torch.stack([trends["reports"][p] for p in prior_studies]))
+        else:
+            prior_reports = self.texts.text_batch([self.data.studies[p].report for p in prior_studies])
+        rationales = []
+        for kind in ("rationale", "counter_rationale"):
+            if trends["pooled"] is not None:
+                rationales.append(TextBatch(pooled=torch.stack([trends["pooled"][(kind, s)] for s in known])))
+            else:
+                rationales.append(self.texts.text_batch([getattr(trends["trends"][s], kind) for s in known]))
+        return PriorBatch(prior_pixels, has_prior, changed, trend, prior_reports, *rationales)
 
     # ---- phase 1: image-report alignment
     def alignment_phase(self) -> Phase:
@@ -313,6 +481,11 @@ class Stage1Trainer:
         pooled = self.texts.pooled_reports(studies) if self.config.freeze_text_encoder else None
         statements = self.texts.statement_table(studies) if self.config.statement_alignment_weight else None
         priors = self.prior_table()
+        trends = self.trend_table(priors, pooled) if priors is not None else None
+        clinical = self.model.config.clinical_soft_label_threshold is not None
+        supervision = None
+        if self.config.negation_hard_negatives or clinical:
+            supervision = self.texts.report_table(studies, clinical)
 
         def collate(batch_ids: list[str]) -> dict:
             pixel_values, modality_ids = self.store.batch(batch_ids)
@@ -324,7 +497,9 @@ class Stage1Trainer:
             if statements is not None:
                 batch["statements"] = self.texts.statement_batch(batch_ids, statements)
             if priors is not None:
-                batch["priors"] = self.prior_batch(batch_ids, priors, pixel_values)
+                batch["priors"] = self.prior_batch(batch_ids, priors, pixel_values, trends)
+            if supervision is not None:
+                batch["report_supervision"] = self.texts.report_supervision(batch_ids, supervision)
             return batch
 
         return Phase(

@@ -13,7 +13,7 @@ one side -> both), location (another lobe, zone or side) and morphology (round -
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ..reports.attributes import Attributes, location_phrases
@@ -150,4 +150,82 @@ def progression_pairs(rows: Iterable[dict], levels: Iterable[str] = ("abnormal",
     return list(pairs.values())
 
 
-__all__ = ["ChangeLabel", "ProgressionPair", "change_label", "consistent_change_label", "progression_pairs"]
+INVERSE_TREND = {"improving": "worsening", "stable": "stable", "worsening": "improving"}
+
+
+@dataclass(frozen=True)
+class StudyTrend:
+    """TAMM's supervision for one pair of adjacent studies: the patient's overall `trend`
+    (improving / stable / worsening) and its rationale, the clinical evidence in the reports'
+    words: `rationale` the later report's sentences about the findings behind the trend (what the
+    current study shows), `counter_rationale` the earlier report's sentences about them (what the
+    prior showed: the text the pair read backwards is conditioned on)."""
+
+    prior: str
+    current: str
+    patient_id: str
+    trend: str
+    findings: tuple[str, ...]
+    rationale: str
+    counter_rationale: str
+
+    def reversed(self) -> StudyTrend:
+        """The pair read backwards: the inverse trend, the two rationales exchanged."""
+        return replace(
+            self,
+            prior=self.current,
+            current=self.prior,
+            trend=INVERSE_TREND[self.trend],
+            rationale=self.counter_rationale,
+            counter_rationale=self.rationale,
+        )
+
+
+def pair_trend(progressions: Iterable[str]) -> str | None:
+    """A pair's overall trend from its findings' progressions: worsening when some finding worsens and
+    none improves, improving when the reverse, stable when every finding is stable, None (left out,
+    as TAMM leaves out what its consistency check cannot settle) when findings move both ways. The
+    findings' labels passed the bidirectional check, so the trend of the reversed pair is the inverse."""
+    seen = set(progressions)
+    if not seen or {"improving", "worsening"} <= seen:
+        return None
+    return "worsening" if "worsening" in seen else "improving" if "improving" in seen else "stable"
+
+
+def study_trends(
+    rows: Iterable[dict],
+    statements: Callable[[str], Mapping[str, Mapping]],
+    levels: Iterable[str] = ("abnormal", "disease"),
+) -> list[StudyTrend]:
+    """One `StudyTrend` per (prior, current) pair of a `longitudinal` table whose findings (of
+    `levels`) settle a trend; `statements(study_id)` gives a study's mined statements (the
+    rationales' sentences)."""
+    by_pair: dict[tuple[str, str], list[ProgressionPair]] = {}
+    for pair in progression_pairs(rows, levels):
+        by_pair.setdefault((pair.prior, pair.current), []).append(pair)
+    trends = []
+    for (prior, current), pairs in sorted(by_pair.items()):
+        trend = pair_trend(p.progression for p in pairs)
+        if trend is None:
+            continue
+        evidence = sorted(p.entity_id for p in pairs if trend == "stable" or p.progression == trend)
+        rationale, counter = (_sentences(statements(study), evidence) for study in (current, prior))
+        trends.append(StudyTrend(prior, current, pairs[0].patient_id, trend, tuple(evidence), rationale, counter))
+    return trends
+
+
+def _sentences(statements: Mapping[str, Mapping], entities: Iterable[str]) -> str:
+    return " ".join(s for e in entities for s in statements.get(e, {}).get("sentences", [])).strip()
+
+
+__all__ = [
+    "ChangeLabel",
+    "INVERSE_TREND",
+    "ProgressionPair",
+    "StudyTrend",
+    "change_label",
+    "consistent_change_label",
+    "pair_trend",
+    "progression_pairs",
+    "study_trends",
+]
