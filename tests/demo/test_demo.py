@@ -99,7 +99,7 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     assert "change probe" in (demo / "report.md").read_text()
     negation = metrics["negation"]  # CLIP-clinic's CXR-Align tasks on the abnormal test studies
     assert negation["cases"] == sum(entry["cases"] for entry in negation["by_modality"].values()) > 0
-    for task in ("negated", "omitted"):
+    for task in ("negated", "omitted", "statement"):
         low, high = negation[task]["interval"]
         assert low <= negation[task]["accuracy"] <= high and "correct" not in negation[task]
     assert "Negation: does the image feature read a denied finding?" in (demo / "report.md").read_text()

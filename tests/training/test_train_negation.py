@@ -83,6 +83,8 @@ def test_the_trained_image_features_prefer_the_report_to_its_negated_twin(traine
     low, high = result["negated"]["interval"]
     assert low <= result["negated"]["accuracy"] <= high
     assert -1 <= result["text_cosine"]["shared"] < result["text_cosine"]["backbone"] <= 1
+    # the image conditioned on the finding prefers the report's sentence on it to the denial
+    assert len(result["statement"]["correct"]) == result["cases"] and result["statement"]["accuracy"] >= 0.9
 
 
 def test_cli_negation_protocol_with_a_baseline(trained, toy, tmp_path, capsys):
@@ -92,7 +94,7 @@ def test_cli_negation_protocol_with_a_baseline(trained, toy, tmp_path, capsys):
     args = ["evaluate", "--model", str(clinic), "--baseline", str(base), "--mined", str(toy), "--protocol", "negation"]
     assert main([*args, "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert "negated" in printed and "model - baseline" in printed
+    assert "negated" in printed and "statement" in printed and "model - baseline" in printed
     report = json.loads(out.read_text())
     assert report["model"]["case_ids"] == report["baseline"]["case_ids"]
     difference = report["difference"]["negated"]["difference"]

@@ -129,7 +129,7 @@ def _evaluate_negation(args: argparse.Namespace) -> int:
         report["difference"] = compare_negation(report["model"], report["baseline"], patients)
     if args.out:
         write_text_atomically(args.out, json.dumps(report, indent=1))
-    print_negation(report, TASKS)
+    print_negation(report, (*TASKS, "statement"))
     return 0
 
 

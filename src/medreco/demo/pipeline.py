@@ -356,7 +356,10 @@ def evaluate_demo(config: DemoConfig, data, models: Path, out: Path) -> dict:
         "temporal": temporal,
         # the per-case outcomes stay out of metrics.json (`medreco evaluate --protocol negation --out` has them)
         "negation": {k: v for k, v in negation.items() if k != "case_ids"}
-        | {task: {k: v for k, v in negation[task].items() if k != "correct"} for task in ("negated", "omitted")},
+        | {
+            task: {k: v for k, v in negation[task].items() if k != "correct"}
+            for task in ("negated", "omitted", "statement")
+        },
         "trends": trends,
     }
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from .report_comparison import MODALITY_NAMES, percent
 
-TASK_NAMES = {"negated": "report vs one finding denied", "omitted": "report vs one finding omitted"}
+TASK_NAMES = {
+    "negated": "report vs one finding denied",
+    "omitted": "report vs one finding omitted",
+    "statement": "the finding's sentence vs its denial (feature conditioned on the finding)",
+}
 
 
 def negation_lines(metrics: dict) -> list[str]:
@@ -27,9 +31,11 @@ def negation_lines(metrics: dict) -> list[str]:
         "|---|---|" + "---|" * len(negation.get("by_modality", {})),
     ]
     for task, name in TASK_NAMES.items():
+        if task not in negation:
+            continue
         low, high = negation[task]["interval"]
         cells = [f"{percent(negation[task]['accuracy'])} [{percent(low)}, {percent(high)}]"]
-        cells += [percent(entry[task]) for entry in negation.get("by_modality", {}).values()]
+        cells += [percent(entry[task]) if task in entry else "-" for entry in negation.get("by_modality", {}).values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -5,7 +5,9 @@ For each abnormal study: its report r, the report with one positive finding's se
 study's whole-image feature is closer to r than to r^n; task B (omission) when closer to r than to
 r^r. Beside them, the text-only separation: the cosine of r and r^n in the model's text space and
 in its text backbone's (what the image side has to work with: at a cosine of 0.998 the projection
-must amplify a tiny difference). Accuracies carry patient-clustered intervals.
+must amplify a tiny difference). On a mined folder a third task, *statement*, asks the same of the
+image conditioned on the finding: its report's sentence on it against the denial. Accuracies carry
+patient-clustered intervals.
 
 `mined_negation_cases` builds the cases from a mined folder (every family, the denial worded as the
 training reports word it); the published CXR-Align file reads through `cxr_align` into the same
@@ -23,6 +25,7 @@ import torch
 from ..data.mining import MinedData
 from ..data.public_datasets import NegationCase
 from ..data.reports.negation import NegationPhrasebook, report_variants
+from ..data.reports.ontology import entity_prompts
 from ..inference.encoder import RetrievalEncoder
 from .metrics import clustered_mean, clustered_paired_test
 from .probe import conditioned_features
@@ -39,7 +42,7 @@ def mined_negation_cases(
     with denials in the words of `train_split`'s reports."""
     if split == train_split:
         raise ValueError(f"the denials are worded from split {train_split!r}: build the cases on another split")
-    book = NegationPhrasebook.from_statements(data.studies[s].statements for s in data.study_ids(train_split))
+    book = phrasebook(data, train_split)
     cases = []
     for study_id in data.study_ids(split):
         study = data.studies[study_id]
@@ -47,6 +50,11 @@ def mined_negation_cases(
         if variants is not None:
             cases.append(NegationCase(study_id, variants.entity, study.report, variants.negated, variants.omitted))
     return cases
+
+
+def phrasebook(data: MinedData, split: str = "train") -> NegationPhrasebook:
+    """How `split`'s reports deny and assert each entity."""
+    return NegationPhrasebook.from_statements(data.studies[s].statements for s in data.study_ids(split))
 
 
 def negation_alignment(
@@ -111,6 +119,7 @@ def evaluate_negation(
     )[WHOLE_IMAGE]
     patients = {s: data.studies[s].patient_id for s in ids}
     result = negation_alignment(encoder, cases, found, patients, {s: data.studies[s].modality for s in ids})
+    result["statement"] = statement_negation(encoder, data, cases, phrasebook(data), batch_size, progress, tensors)
     logger.info(
         "negation: %d cases, negated %.3f, omitted %.3f",
         result["cases"],
@@ -120,13 +129,43 @@ def evaluate_negation(
     return {"split": split, **result}
 
 
+def statement_negation(
+    encoder: RetrievalEncoder,
+    data: MinedData,
+    cases: Sequence[NegationCase],
+    book: NegationPhrasebook,
+    batch_size: int = 16,
+    progress: bool = False,
+    tensors: Mapping[str, torch.Tensor] | None = None,
+) -> dict:
+    """The statement task: each case's image conditioned on its finding, against the report's
+    sentence on it and against the denial (what the entity-statement alignment and its hard
+    negatives train); accuracy with a patient-clustered interval, per case in `cases` order."""
+    prompts = entity_prompts()
+    wanted: dict[str, list[str]] = defaultdict(list)
+    for case in cases:
+        wanted[case.entity].append(case.case_id)
+    found = conditioned_features(
+        encoder, data, wanted, {e: prompts.get(e, e) for e in wanted}, batch_size, progress=progress, tensors=tensors
+    )
+    said = [" ".join(data.studies[c.case_id].statements[c.entity]["sentences"]) for c in cases]
+    shared, _ = encoder.embed_texts([t for c, text in zip(cases, said) for t in (text, book.denial(c.entity))])
+    shared = shared.view(len(cases), 2, -1)
+    features = torch.stack([found[c.entity][c.case_id] for c in cases])
+    scores = (features[:, None, :] * shared).sum(-1)
+    correct = (scores[:, 0] > scores[:, 1]).float().tolist()
+    summary = clustered_mean(correct, [data.studies[c.case_id].patient_id for c in cases])
+    return {"accuracy": summary["mean"], "interval": summary["interval"], "correct": correct}
+
+
 def compare_negation(with_method: dict, without: dict, patients: Mapping[str, str]) -> dict:
     """Per task, the paired patient-clustered difference of two models' results on the same cases."""
     if with_method["case_ids"] != without["case_ids"]:
         raise ValueError("the two results were scored on different cases")
     clusters = [patients[c] for c in with_method["case_ids"]]
+    tasks = [task for task in (*TASKS, "statement") if task in with_method and task in without]
     return {
-        task: clustered_paired_test(with_method[task]["correct"], without[task]["correct"], clusters) for task in TASKS
+        task: clustered_paired_test(with_method[task]["correct"], without[task]["correct"], clusters) for task in tasks
     }
 
 
