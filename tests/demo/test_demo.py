@@ -106,7 +106,9 @@ def test_demo_writes_metrics_with_the_documented_schema(demo):
     trends = metrics["trends"]  # TAMM's protocols; the demo's stage 1 trains no trend classifier
     assert "unavailable" in trends["classifier"]
     similarity = trends["sentence_similarity"]
-    assert "unavailable" in similarity or 0 <= similarity["shared"]["accuracy"] <= 1
+    if "unavailable" not in similarity:  # as many contradictions as paraphrases, thresholds fitted per space
+        assert similarity["pairs"] == 2 * similarity["paraphrases"] > 0
+        assert {"threshold", "accuracy", "mean_cosine"} <= set(similarity["shared"]) & set(similarity["backbone"])
     assert "## Trends: improving, stable or worsening" in (demo / "report.md").read_text()
     probe = metrics["probe"]
     assert probe["table"] and [row["entity"] for row in probe["table"]] == sorted(

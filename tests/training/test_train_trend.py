@@ -75,7 +75,11 @@ def test_cli_trend_protocol(trained, tmp_path, capsys):
     report = json.loads(out.read_text())
     similarity = report["sentence_similarity"]
     assert similarity["pairs"] == 2 * similarity["paraphrases"] > 0  # as many contradictions as paraphrases
-    assert 0 <= similarity["shared"]["accuracy"] <= 1 and "threshold" in similarity["backbone"]
+    from medreco.data.mining import MinedData
+    from medreco.evaluation import temporal_sentence_similarity
+
+    # the command reports what the Python function computes on the same split
+    assert similarity == temporal_sentence_similarity(TrendPredictor.from_pretrained(folder).encoder, MinedData(mined))
     static = tmp_path / "static"
     medreco.create_model("retrieval", "tiny", text_model_name_or_path=medreco.BUNDLED_TEXT_ENCODER).save_pretrained(
         static

@@ -36,13 +36,17 @@ WHOLE_IMAGE = "whole image"  # the feature key of unconditioned (whole-image) fe
 
 
 def mined_negation_cases(
-    data: MinedData, split: str = "test", train_split: str = "train", seed: int = 0
+    data: MinedData,
+    split: str = "test",
+    train_split: str = "train",
+    seed: int = 0,
+    book: NegationPhrasebook | None = None,
 ) -> list[NegationCase]:
     """One case per study of `split` whose report asserts a finding (the finding drawn with `seed`),
-    with denials in the words of `train_split`'s reports."""
+    with denials in the words of `train_split`'s reports (or of `book`, built from them already)."""
     if split == train_split:
         raise ValueError(f"the denials are worded from split {train_split!r}: build the cases on another split")
-    book = phrasebook(data, train_split)
+    book = book or phrasebook(data, train_split)
     cases = []
     for study_id in data.study_ids(split):
         study = data.studies[study_id]
@@ -110,7 +114,8 @@ def evaluate_negation(
     tensors: Mapping[str, torch.Tensor] | None = None,
 ) -> dict:
     """The CXR-Align-style protocol on a mined folder's `split` (see the module doc)."""
-    cases = mined_negation_cases(data, split, seed=seed)
+    book = phrasebook(data)
+    cases = mined_negation_cases(data, split, seed=seed, book=book)
     if not cases:
         raise ValueError(f"{data.directory}: no {split!r} study's report asserts a finding, so nothing can be negated")
     ids = sorted({c.case_id for c in cases})
@@ -119,7 +124,7 @@ def evaluate_negation(
     )[WHOLE_IMAGE]
     patients = {s: data.studies[s].patient_id for s in ids}
     result = negation_alignment(encoder, cases, found, patients, {s: data.studies[s].modality for s in ids})
-    result["statement"] = statement_negation(encoder, data, cases, phrasebook(data), batch_size, progress, tensors)
+    result["statement"] = statement_negation(encoder, data, cases, book, batch_size, progress, tensors)
     logger.info(
         "negation: %d cases, negated %.3f, omitted %.3f",
         result["cases"],
